@@ -1,0 +1,5 @@
+"""Allow `python -m gpuconsole`."""
+
+from gpuconsole.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,276 @@
+"""Immutable snapshot types: what every telemetry source produces and every screen renders.
+
+A field the GPU or the source cannot report is ``None`` (shown as "N/A"), never ``0``: an H200 has
+no fan, a VM may hide its NUMA node, and a lost GPU reports nothing at all.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+
+
+class Severity(IntEnum):
+    """How bad a finding is; ordered so that ``max()`` gives the worst."""
+
+    INFO = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class HostState(str, Enum):
+    """Where a host's reading stream stands (the same words appear in JSON output)."""
+
+    CONNECTING = "connecting"
+    LIVE = "live"
+    STALE = "stale"
+    DOWN = "down"
+    AUTH_FAILED = "auth-failed"
+    HOST_KEY_MISMATCH = "host-key-mismatch"
+
+
+# Clock-event ("throttle") reasons, in NVML's terms, spelled as stable kebab-case codes.
+THROTTLE_REASONS: dict[str, str] = {
+    "gpu-idle": "GPU idle",
+    "applications-clocks": "application clocks setting",
+    "sw-power-cap": "software power cap",
+    "hw-slowdown": "hardware slowdown",
+    "sync-boost": "sync boost",
+    "sw-thermal": "software thermal slowdown",
+    "hw-thermal": "hardware thermal slowdown",
+    "hw-power-brake": "hardware power brake",
+    "display-clocks": "display clock setting",
+}
+
+# Reasons that mean the GPU runs slower than it could for a cause worth an admin's attention.
+SLOWDOWN_REASONS = frozenset({"hw-slowdown", "sw-thermal", "hw-thermal", "hw-power-brake"})
+
+
+@dataclass(frozen=True, slots=True)
+class PcieLink:
+    """PCIe link generation and width, as trained now and at the most the pair supports."""
+
+    gen: int | None
+    width: int | None
+    max_gen: int | None
+    max_width: int | None
+
+    @property
+    def degraded_width(self) -> bool:
+        return self.width is not None and self.max_width is not None and self.width < self.max_width
+
+    @property
+    def degraded_gen(self) -> bool:
+        return self.gen is not None and self.max_gen is not None and self.gen < self.max_gen
+
+
+@dataclass(frozen=True, slots=True)
+class EccCounts:
+    """ECC error counts since the driver loaded (volatile) and over the GPU's life (aggregate)."""
+
+    volatile_corrected: int | None = None
+    volatile_uncorrected: int | None = None
+    aggregate_corrected: int | None = None
+    aggregate_uncorrected: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowRemap:
+    """HBM row remapping state (Ampere and later)."""
+
+    correctable: int | None = None
+    uncorrectable: int | None = None
+    pending: bool | None = None
+    failure: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """One XID error reported by the driver."""
+
+    xid: int
+    gpu: int | None
+    time: float
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding memory on a GPU."""
+
+    pid: int
+    gpu: int
+    used_memory_mib: float | None
+    user: str | None = None
+    command: str | None = None
+    kind: str = "compute"
+    container: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """One GPU's reading at one instant."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    utilization_pct: float | None = None
+    memory_utilization_pct: float | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    temperature_c: float | None = None
+    slowdown_temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    memory_clock_max_mhz: float | None = None
+    pstate: str | None = None
+    fan_pct: float | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+    ecc: EccCounts | None = None
+    remap: RowRemap | None = None
+    recovery_action: str | None = None
+    pcie: PcieLink | None = None
+    persistence_mode: bool | None = None
+    compute_mode: str | None = None
+    mig_mode: bool | None = None
+    lost: bool = False
+    """True when the GPU stopped answering (fallen off the bus): every reading is then None."""
+
+    @property
+    def memory_fraction(self) -> float | None:
+        if self.memory_used_mib is None or not self.memory_total_mib:
+            return None
+        return self.memory_used_mib / self.memory_total_mib
+
+    @property
+    def slowdowns(self) -> tuple[str, ...]:
+        """The active clock-event reasons that slow the GPU down for a reason worth reporting."""
+        return tuple(r for r in self.throttle_reasons or () if r in SLOWDOWN_REASONS)
+
+
+# Link kinds as `nvidia-smi topo -m` prints them, best-connected first. NV# (NVLink with # links)
+# beats every PCIe path; among PCIe paths, fewer hops and no CPU interconnect are better.
+PCIE_LINK_RANK: dict[str, int] = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+LINK_LEGEND: dict[str, str] = {
+    "X": "self",
+    "SYS": "through PCIe and the interconnect between NUMA nodes (e.g. QPI/UPI)",
+    "NODE": "through PCIe and the interconnect between host bridges within a NUMA node",
+    "PHB": "through PCIe and a PCIe host bridge (typically the CPU)",
+    "PXB": "through several PCIe bridges, without a host bridge",
+    "PIX": "through at most one PCIe bridge",
+    "NV#": "through a bonded set of # NVLinks",
+}
+
+
+def nvlink_count(link: str) -> int:
+    """How many NVLinks a topology cell like ``NV18`` names; 0 for a PCIe path."""
+    return int(link[2:]) if link.startswith("NV") and link[2:].isdigit() else 0
+
+
+def link_cost(link: str) -> float:
+    """Lower is better: any NVLink beats PCIe, more NVLinks beat fewer."""
+    links = nvlink_count(link)
+    if links:
+        return 1.0 / (links + 1)
+    return float(PCIE_LINK_RANK.get(link, 6))
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The GPU × GPU connection matrix with each GPU's CPU and NUMA affinity."""
+
+    matrix: tuple[tuple[str, ...], ...]
+    cpu_affinity: tuple[str | None, ...] = ()
+    numa_affinity: tuple[int | None, ...] = ()
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.matrix)
+
+    def link(self, a: int, b: int) -> str:
+        return self.matrix[a][b]
+
+    def best_sets(self, k: int, limit: int = 3) -> list[tuple[tuple[int, ...], str]]:
+        """The ``limit`` best-connected sets of ``k`` GPUs, each with its weakest link.
+
+        A set is as good as its weakest pair (a collective runs at the slowest link's pace), then
+        the fewer NUMA nodes it spans the better (its host-side traffic stays local), then the
+        sum over its pairs. Exhaustive: 8 GPUs choose 4 is 70 sets.
+        """
+        if k < 2 or k > self.gpu_count:
+            return []
+        scored = []
+        for combo in itertools.combinations(range(self.gpu_count), k):
+            pairs = [self.link(a, b) for a, b in itertools.combinations(combo, 2)]
+            weakest = max(pairs, key=link_cost)
+            nodes = {self.numa_affinity[i] for i in combo if i < len(self.numa_affinity)}
+            score = (link_cost(weakest), len(nodes), sum(map(link_cost, pairs)))
+            scored.append((score, combo, weakest))
+        scored.sort()
+        return [(combo, weakest) for _, combo, weakest in scored[:limit]]
+
+
+@dataclass(frozen=True, slots=True)
+class HostSnapshot:
+    """Everything read from one host at one instant."""
+
+    host: str
+    time: float
+    gpus: tuple[GpuState, ...]
+    processes: tuple[GpuProcess, ...] = ()
+    topology: Topology | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    xid_events: tuple[XidEvent, ...] = ()
+    source: str = "sim"
+
+    def gpu(self, index: int) -> GpuState | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+    def processes_on(self, index: int) -> tuple[GpuProcess, ...]:
+        return tuple(p for p in self.processes if p.gpu == index)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A problem found in readings, with a stable code and what to do about it."""
+
+    severity: Severity
+    code: str
+    message: str
+    remediation: str
+    host: str = ""
+    gpu: int | None = None
+
+    @property
+    def where(self) -> str:
+        return self.host if self.gpu is None else f"{self.host} GPU {self.gpu}"
+
+
+def worst(findings: Iterable[Finding]) -> Finding | None:
+    """The most severe finding (the first of equals), or None."""
+    ranked = sorted(findings, key=lambda f: -f.severity)
+    return ranked[0] if ranked else None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What an action produced for one host: a title and its findings."""
+
+    host: str
+    title: str
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+    @property
+    def severity(self) -> Severity:
+        return max((f.severity for f in self.findings), default=Severity.INFO)
