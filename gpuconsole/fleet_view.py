@@ -1,0 +1,67 @@
+"""Ordering and filtering of the fleet's hosts: worst first unless the user asks otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gpuconsole.model import HostState
+from gpuconsole.store import FleetStore
+from gpuconsole.summary import summarize
+
+SORT_KEYS = ("worst", "name", "utilization", "temperature", "power", "memory")
+
+# A host that cannot be read is worse than any reading: it may be the incident itself.
+_STATE_BADNESS = {
+    HostState.HOST_KEY_MISMATCH: 5,
+    HostState.AUTH_FAILED: 4,
+    HostState.DOWN: 4,
+    HostState.STALE: 3,
+    HostState.CONNECTING: 1,
+    HostState.LIVE: 0,
+}
+
+
+def _badness(store: FleetStore, host: str) -> tuple[int, int, int]:
+    severity = store.severity(host)
+    rank = -1 if severity is None else int(severity)
+    return (-rank, -_STATE_BADNESS[store.status(host).state], -len(store.findings(host)))
+
+
+def _metric(field: str) -> Callable[[FleetStore, str], float]:
+    """Sort key for a summary figure, highest first, hosts without a reading last."""
+
+    def key(store: FleetStore, host: str) -> float:
+        snapshot = store.latest(host)
+        value = None if snapshot is None else getattr(summarize(snapshot), field)
+        return float("inf") if value is None else -value
+
+    return key
+
+
+_KEYS: dict[str, Callable[[FleetStore, str], object]] = {
+    "worst": _badness,
+    "name": lambda _store, _host: 0,
+    "utilization": _metric("utilization_mean"),
+    "temperature": _metric("hottest_c"),
+    "power": _metric("power_w"),
+    "memory": _metric("memory_used_mib"),
+}
+
+
+def sort_hosts(store: FleetStore, hosts: Iterable[str], by: str) -> list[str]:
+    """Hosts ordered by ``by`` (one of SORT_KEYS), ties broken by name."""
+    key = _KEYS[by]
+    return sorted(hosts, key=lambda host: (key(store, host), host))
+
+
+def host_matches(store: FleetStore, host: str, text: str) -> bool:
+    """Whether a filter string matches the host's name, state, GPU model or a finding."""
+    if not text:
+        return True
+    needle = text.lower()
+    haystack = [host, store.status(host).state.value]
+    snapshot = store.latest(host)
+    if snapshot is not None:
+        haystack.extend(g.name or "" for g in snapshot.gpus)
+    haystack.extend(f"{f.code} {f.message}" for f in store.findings(host))
+    return any(needle in item.lower() for item in haystack)

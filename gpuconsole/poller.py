@@ -1,0 +1,55 @@
+"""One polling round: read every host of a source, then hand the readings to the store.
+
+Kept apart from the UI so that the headless commands and the tests poll the same way the
+console does. `collect` blocks (it calls the source) and runs on a worker thread; `ingest`
+is cheap and runs where the store lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuconsole.model import HostSnapshot
+from gpuconsole.store import FleetStore
+from gpuconsole.telemetry import Source, SourceError
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The outcome of reading one host: a snapshot, or the one-line reason there is none."""
+
+    host: str
+    snapshot: HostSnapshot | None = None
+    error: str | None = None
+
+
+def collect(source: Source, hosts: Iterable[str] | None = None) -> list[Reading]:
+    """Read each host once; one host's failure never stops the others."""
+    readings = []
+    for host in source.hosts if hosts is None else hosts:
+        try:
+            readings.append(Reading(host, snapshot=source.read(host)))
+        except SourceError as error:
+            readings.append(Reading(host, error=str(error)))
+    return readings
+
+
+def ingest(store: FleetStore, readings: Iterable[Reading]) -> set[str]:
+    """Record the readings; returns the hosts whose view changed."""
+    changed = set()
+    for reading in readings:
+        if reading.snapshot is not None:
+            updated = store.record(reading.snapshot)
+        else:
+            updated = store.record_failure(reading.host, reading.error or "no reading")
+        if updated:
+            changed.add(reading.host)
+    return changed
+
+
+def prime(store: FleetStore, source: Source, seconds: int) -> None:
+    """Fill the store's history from a source that can replay its past (the simulation)."""
+    for host in source.hosts:
+        for snapshot in source.backfill(host, seconds):
+            store.record(snapshot)
