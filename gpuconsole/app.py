@@ -1,0 +1,97 @@
+"""The Textual application: wires a source to the fleet store and the store to the screens."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import Worker, WorkerState
+
+from gpuconsole.poller import Reading, collect, ingest, prime
+from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.commands import ConsoleCommands
+from gpuconsole.screens.fleet import FleetScreen
+from gpuconsole.screens.help import HelpScreen
+from gpuconsole.store import FleetStore
+from gpuconsole.telemetry import Source
+from gpuconsole.themes import DEFAULT_THEME, THEMES
+from gpuconsole.widgets.cells import Palette
+
+
+class GpuConsoleApp(App[None]):
+    """The console. Readings arrive from a worker thread; screens render from the store."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "gpuconsole"
+    COMMANDS = App.COMMANDS | {ConsoleCommands}
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", id="help"),
+        Binding("q", "quit", "Quit", id="quit"),
+    ]
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        label: str = "demo rack",
+        refresh: float = 1.0,
+        theme: str = DEFAULT_THEME,
+        auto_poll: bool = True,
+        history_seconds: int = 120,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.label = label
+        self.refresh_seconds = refresh
+        self.auto_poll = auto_poll
+        self.store = FleetStore(source.hosts, history_length=history_seconds)
+        self._history_seconds = history_seconds
+        for registered in THEMES.values():
+            self.register_theme(registered)
+        self.theme = theme
+
+    @property
+    def palette(self) -> Palette:
+        return Palette(self.current_theme.variables)
+
+    def on_mount(self) -> None:
+        prime(self.store, self.source, self._history_seconds)
+        ingest(self.store, collect(self.source))
+        self.push_screen(FleetScreen())
+        if self.auto_poll:
+            self._schedule_poll()
+
+    def poll_now(self) -> Worker[list[Reading]]:
+        """Start one polling round now (the timer chain calls this; so can tests)."""
+        return self.run_worker(
+            lambda: collect(self.source),
+            thread=True,
+            exclusive=True,
+            group="poll",
+            exit_on_error=False,
+            description="read every host once",
+        )
+
+    def _schedule_poll(self) -> None:
+        self.set_timer(self.refresh_seconds, self.poll_now, name="poll")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "poll":
+            return
+        if event.state is WorkerState.SUCCESS:
+            self.apply_readings(event.worker.result or [])
+        elif event.state is WorkerState.ERROR:
+            self.notify(f"reading failed: {event.worker.error}", severity="error")
+        else:
+            return
+        if self.auto_poll:
+            self._schedule_poll()
+
+    def apply_readings(self, readings: list[Reading]) -> None:
+        """Record readings and let the screen on top show what changed."""
+        changed = ingest(self.store, readings)
+        if changed and isinstance(self.screen, ConsoleScreen):
+            self.screen.refresh_view(changed)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())

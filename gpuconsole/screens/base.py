@@ -1,0 +1,57 @@
+"""What every console screen shares: the store, the palette, the title line, refresh hooks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.screen import Screen
+from textual.theme import Theme
+from textual.widgets import Static
+
+from gpuconsole.store import FleetStore
+from gpuconsole.widgets.cells import Palette
+from gpuconsole.widgets.title_bar import fleet_line
+
+if TYPE_CHECKING:
+    from gpuconsole.app import GpuConsoleApp
+
+
+class ConsoleScreen(Screen[None]):
+    """A screen that renders from the fleet store when told that hosts changed."""
+
+    WHERE = ""
+
+    def where(self) -> str:
+        """Where the user is, for the title line."""
+        return self.WHERE
+
+    @property
+    def console(self) -> GpuConsoleApp:
+        return self.app  # type: ignore[return-value]
+
+    @property
+    def store(self) -> FleetStore:
+        return self.console.store
+
+    @property
+    def palette(self) -> Palette:
+        return self.console.palette
+
+    def title_bar(self) -> Static:
+        return Static(id="title-bar", markup=False)
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, self._on_theme_changed)
+        self.refresh_view(None)
+
+    def on_screen_resume(self) -> None:
+        self.refresh_view(None)
+
+    def _on_theme_changed(self, _theme: Theme) -> None:
+        self.refresh_view(None)
+
+    def refresh_view(self, changed: set[str] | None) -> None:
+        """Show the store's state; ``changed`` names the hosts that changed (None: all)."""
+        self.query_one("#title-bar", Static).update(
+            fleet_line(self.store, self.console.label, self.palette, self.where())
+        )

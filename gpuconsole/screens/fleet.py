@@ -1,0 +1,283 @@
+"""The fleet screen: one row per host, worst first, each expandable to its GPUs."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.events import Resize
+from textual.widgets import DataTable, Footer, Input
+
+from gpuconsole.fleet_view import SORT_KEYS, host_matches, sort_hosts
+from gpuconsole.model import Finding, GpuState, HostState, Severity, worst
+from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.summary import short_model, summarize
+from gpuconsole.widgets import cells
+from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
+
+# Wide layout from this many columns on; below it the narrow one keeps the problem readable.
+WIDE_FROM = 116
+_FIXED_WIDE = (
+    ColumnSpec("host", "Host", 12),
+    ColumnSpec("state", "State", 5),
+    ColumnSpec("gpus", "GPUs", 18),
+    ColumnSpec("util", "Util avg/max", 12),
+    ColumnSpec("memory", "Memory", 10),
+    ColumnSpec("temp", "Hottest", 8),
+    ColumnSpec("power", "Power", 10),
+)
+_FIXED_NARROW = (
+    ColumnSpec("host", "Host", 11),
+    ColumnSpec("state", "State", 5),
+    ColumnSpec("util", "Util", 4),
+    ColumnSpec("memory", "Mem", 4),
+    ColumnSpec("temp", "Temp", 5),
+    ColumnSpec("power", "Pwr", 4),
+)
+_MIN_PROBLEM_WIDTH = 20
+_MESSAGE_FROM = 40  # below this width the problem column names the finding's code
+
+_STATE_STYLE = {
+    HostState.LIVE: "severity-info",
+    HostState.CONNECTING: "util-low",
+    HostState.STALE: "severity-warning",
+    HostState.DOWN: "severity-critical",
+    HostState.AUTH_FAILED: "severity-critical",
+    HostState.HOST_KEY_MISMATCH: "severity-critical",
+}
+_STATE_SHORT = {
+    HostState.CONNECTING: "conn",
+    HostState.AUTH_FAILED: "auth",
+    HostState.HOST_KEY_MISMATCH: "hkey",
+}
+
+
+def gpu_row_key(host: str, gpu: int) -> str:
+    return f"{host}/{gpu}"
+
+
+class FleetScreen(ConsoleScreen):
+    """Every host at a glance; Enter opens a host, Space shows its GPUs."""
+
+    WHERE = "fleet"
+    BINDINGS = [
+        Binding("enter", "open_host", "Open host", id="fleet.open", show=True),
+        Binding("space", "toggle_expand", "GPUs", id="fleet.expand"),
+        Binding("e", "expand_all", "Expand all", id="fleet.expand-all"),
+        Binding("s", "cycle_sort", "Sort", id="fleet.sort"),
+        Binding("slash", "filter", "Filter", id="fleet.filter"),
+        Binding("t", "topology", "Topology", id="fleet.topology"),
+        Binding("escape", "clear_filter", "Clear filter", id="fleet.clear-filter", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sort_key = SORT_KEYS[0]
+        self.filter_text = ""
+        self.expanded: set[str] = set()
+        self._wide: bool | None = None
+        self._problem_width = _MIN_PROBLEM_WIDTH
+
+    def compose(self) -> ComposeResult:
+        yield self.title_bar()
+        yield KeyedTable(id="fleet")
+        yield Input(placeholder="filter: host, state, model or problem", id="filter")
+        yield Footer()
+
+    def where(self) -> str:
+        shown = f"fleet · sorted by {self.sort_key}"
+        return f"{shown} · filter {self.filter_text!r}" if self.filter_text else shown
+
+    @property
+    def table(self) -> KeyedTable:
+        return self.query_one("#fleet", KeyedTable)
+
+    def on_resize(self, _event: Resize) -> None:
+        self.refresh_view(None)
+
+    def refresh_view(self, changed: set[str] | None) -> None:
+        super().refresh_view(changed)
+        self._set_columns()
+        self.table.sync(self._rows())
+
+    def _set_columns(self) -> None:
+        width = self.size.width or 80
+        wide = width >= WIDE_FROM
+        fixed = _FIXED_WIDE if wide else _FIXED_NARROW
+        used = sum((spec.width or 0) + 2 for spec in fixed) + 2
+        self._problem_width = max(_MIN_PROBLEM_WIDTH, width - used - 2)
+        problem = ColumnSpec("problem", "Worst problem", self._problem_width)
+        self.table.set_columns((*fixed, problem))
+        self._wide = wide
+
+    def _rows(self) -> list[tuple[str, Cells]]:
+        hosts = [h for h in self.store.hosts if host_matches(self.store, h, self.filter_text)]
+        rows = []
+        for host in sort_hosts(self.store, hosts, self.sort_key):
+            rows.append((host, self._host_cells(host)))
+            snapshot = self.store.latest(host)
+            if host in self.expanded and snapshot is not None:
+                last = len(snapshot.gpus) - 1
+                for position, gpu in enumerate(snapshot.gpus):
+                    rows.append(
+                        (gpu_row_key(host, gpu.index), self._gpu_cells(host, gpu, position == last))
+                    )
+        return rows
+
+    def _host_cells(self, host: str) -> Cells:
+        palette = self.palette
+        status = self.store.status(host)
+        snapshot = self.store.latest(host)
+        glyph = "▾ " if host in self.expanded else "▸ "
+        name = Text.assemble(glyph, (host, "bold"))
+        state_word = _STATE_SHORT.get(status.state, status.state.value)
+        state = Text(state_word, style=palette[_STATE_STYLE[status.state]])
+        problem = self._problem(self.store.findings(host))
+        if snapshot is None:
+            blank = cells.na()
+            middle = (blank,) * (5 if self._wide else 4)
+            return (name, state, *middle, problem)
+        s = summarize(snapshot)
+        if self._wide:
+            lost = f" ({s.lost_gpus} lost)" if s.lost_gpus else ""
+            gpus = Text(f"{s.gpu_count}× {s.model or '?'}{lost}")
+            if s.utilization_mean is None or s.utilization_max is None:
+                util = cells.na()
+            else:
+                util = Text(
+                    f"{s.utilization_mean:3.0f}%/{s.utilization_max:3.0f}%",
+                    style=palette.utilization(s.utilization_mean),
+                )
+            temp = cells.temperature(s.hottest_c, palette)
+            if s.hottest_gpu is not None:
+                temp.append(f" g{s.hottest_gpu}", style="dim")
+            return (
+                name,
+                state,
+                gpus,
+                util,
+                cells.memory(s.memory_used_mib, s.memory_total_mib, palette),
+                temp,
+                cells.kilowatts(s.power_w, s.power_limit_w),
+                problem,
+            )
+        return (
+            name,
+            state,
+            cells.percent(s.utilization_mean, palette),
+            cells.memory_percent(s.memory_used_mib, s.memory_total_mib, palette),
+            cells.temperature(s.hottest_c, palette),
+            cells.power_percent(s.power_w, s.power_limit_w),
+            problem,
+        )
+
+    def _gpu_cells(self, host: str, gpu: GpuState, last: bool) -> Cells:
+        palette = self.palette
+        name = Text(f"  {'└' if last else '├'} GPU {gpu.index}", style="dim")
+        state = Text("lost", style=palette["severity-critical"]) if gpu.lost else Text("")
+        problem = self._problem(self.store.gpu_findings(host, gpu.index))
+        if self._wide:
+            return (
+                name,
+                state,
+                cells.text(short_model(gpu.name)),
+                cells.utilization_bar(gpu.utilization_pct, palette, width=6),
+                cells.memory(gpu.memory_used_mib, gpu.memory_total_mib, palette),
+                cells.temperature(gpu.temperature_c, palette),
+                cells.power(gpu.power_w, gpu.power_limit_w),
+                problem,
+            )
+        return (
+            name,
+            state,
+            cells.percent(gpu.utilization_pct, palette),
+            cells.memory_percent(gpu.memory_used_mib, gpu.memory_total_mib, palette),
+            cells.temperature(gpu.temperature_c, palette),
+            cells.power_percent(gpu.power_w, gpu.power_limit_w),
+            problem,
+        )
+
+    def _problem(self, findings: tuple[Finding, ...]) -> Text:
+        """The worst finding: its code where space is short, its message where there is room.
+
+        Informational findings (a GPU at its power cap under full load) are no problem: the
+        host reads "ok" with a count of them.
+        """
+        top = worst(findings)
+        if top is None or top.severity is Severity.INFO:
+            badge = cells.severity_badge(None, self.palette)
+            return Text.assemble(badge, (f" {len(findings)} info" if findings else "", "dim"))
+        badge = cells.severity_badge(top.severity, self.palette)
+        count = f" +{len(findings) - 1}" if len(findings) > 1 else ""
+        if self._problem_width >= _MESSAGE_FROM:
+            return Text.assemble(badge, " ", top.message, (count, "dim"))
+        where = "" if top.gpu is None else f" GPU {top.gpu}"
+        return Text.assemble(badge, f" {top.code}{where}", (count, "dim"))
+
+    def _cursor_host(self) -> tuple[str, int | None] | None:
+        key = self.table.cursor_key
+        if key is None:
+            return None
+        host, _, gpu = key.partition("/")
+        return host, int(gpu) if gpu else None
+
+    @on(DataTable.RowSelected, "#fleet")
+    def _row_selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_open_host()
+
+    def action_open_host(self) -> None:
+        from gpuconsole.screens.host import HostScreen
+
+        target = self._cursor_host()
+        if target is not None:
+            self.app.push_screen(HostScreen(*target))
+
+    def action_topology(self) -> None:
+        from gpuconsole.screens.topology import TopologyScreen
+
+        target = self._cursor_host()
+        if target is not None:
+            self.app.push_screen(TopologyScreen(target[0]))
+
+    def action_toggle_expand(self) -> None:
+        target = self._cursor_host()
+        if target is None:
+            return
+        host = target[0]
+        self.expanded.symmetric_difference_update({host})
+        self.refresh_view(None)
+        self.table.move_cursor(row=self.table.get_row_index(host), animate=False)
+
+    def action_expand_all(self) -> None:
+        hosts = set(self.store.hosts)
+        self.expanded = set() if self.expanded >= hosts else hosts
+        self.refresh_view(None)
+
+    def action_cycle_sort(self) -> None:
+        index = SORT_KEYS.index(self.sort_key)
+        self.sort_key = SORT_KEYS[(index + 1) % len(SORT_KEYS)]
+        self.notify(f"sorted by {self.sort_key}", timeout=2)
+        self.refresh_view(None)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("shown")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("shown")
+        self.table.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self.refresh_view(None)
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, _event: Input.Submitted) -> None:
+        if not self.filter_text:
+            self.query_one("#filter", Input).remove_class("shown")
+        self.table.focus()

@@ -1,0 +1,268 @@
+"""The host screen: every GPU of one host, its trends, its processes and its findings."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.events import Resize
+from textual.widgets import DataTable, Footer, Static
+
+from gpuconsole.model import GpuState, HostSnapshot
+from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.summary import short_model
+from gpuconsole.widgets import cells
+from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
+from gpuconsole.widgets.trend import sparkline
+
+WIDE_FROM = 112
+_GPU_WIDE = (
+    ColumnSpec("gpu", "GPU", 3),
+    ColumnSpec("util", "Util", 13),
+    ColumnSpec("memory", "Memory", 17),
+    ColumnSpec("temp", "Temp", 5),
+    ColumnSpec("power", "Power", 9),
+    ColumnSpec("sm", "SM MHz", 6),
+    ColumnSpec("mem_clock", "Mem MHz", 7),
+    ColumnSpec("pstate", "P", 3),
+    ColumnSpec("throttle", "Throttle", 16),
+    ColumnSpec("ecc", "ECC u/c", 7),
+    ColumnSpec("pcie", "PCIe", 9),
+)
+_GPU_NARROW = (
+    ColumnSpec("gpu", "GPU", 3),
+    ColumnSpec("util", "Util", 4),
+    ColumnSpec("memory", "Mem", 4),
+    ColumnSpec("temp", "Temp", 5),
+    ColumnSpec("power", "Pwr", 4),
+    ColumnSpec("sm", "SM", 4),
+    ColumnSpec("pstate", "P", 3),
+    ColumnSpec("throttle", "Throttle", 10),
+    ColumnSpec("pcie", "PCIe", 5),
+)
+_PROCESS_COLUMNS = (
+    ColumnSpec("gpu", "GPU", 3),
+    ColumnSpec("pid", "PID", 8),
+    ColumnSpec("user", "User", 10),
+    ColumnSpec("memory", "Memory", 8),
+    ColumnSpec("command", "Command", None),
+)
+_TREND_LABEL_WIDTH = 18  # "GPU 7 power " before the line, " 700W" after it
+# (field, label, unit, low, high): fixed scales, so a shape means the same on every GPU; power
+# is scaled to the GPU's own limit.
+_TRENDS = (
+    ("utilization_pct", "util", "%", 0.0, 100.0),
+    ("temperature_c", "temp", "°C", 20.0, 100.0),
+    ("power_w", "power", "W", 0.0, None),
+)
+
+
+class HostScreen(ConsoleScreen):
+    """One host; the cursor's GPU drives the trend lines."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", id="host.back"),
+        Binding("t", "topology", "Topology", id="host.topology"),
+        Binding("left_square_bracket", "other_host(-1)", "Prev host", id="host.prev"),
+        Binding("right_square_bracket", "other_host(1)", "Next host", id="host.next"),
+    ]
+
+    def __init__(self, host: str, gpu: int | None = None) -> None:
+        super().__init__()
+        self.host = host
+        self._initial_gpu = gpu
+        self._wide: bool | None = None
+
+    def where(self) -> str:
+        return f"host {self.host}"
+
+    def compose(self) -> ComposeResult:
+        yield self.title_bar()
+        yield Static(id="host-info", markup=False)
+        yield KeyedTable(id="gpus")
+        with Horizontal(id="trends"):
+            for _, label, _, _, _ in _TRENDS:
+                yield Static(id=f"trend-{label}", classes="trend", markup=False)
+        yield KeyedTable(id="processes")
+        yield Static(id="findings", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        processes = self.query_one("#processes", KeyedTable)
+        processes.set_columns(_PROCESS_COLUMNS)
+        processes.cursor_type = "none"
+        super().on_mount()
+        if self._initial_gpu is not None:
+            gpus = self.query_one("#gpus", KeyedTable)
+            if str(self._initial_gpu) in {key for key, _ in self._gpu_rows()}:
+                gpus.move_cursor(row=gpus.get_row_index(str(self._initial_gpu)), animate=False)
+        self.query_one("#gpus", KeyedTable).focus()
+
+    def on_resize(self, _event: Resize) -> None:
+        self.refresh_view(None)
+
+    @property
+    def selected_gpu(self) -> int | None:
+        key = self.query_one("#gpus", KeyedTable).cursor_key
+        return int(key) if key is not None else None
+
+    def refresh_view(self, changed: set[str] | None) -> None:
+        super().refresh_view(changed)
+        if changed is not None and self.host not in changed:
+            return
+        wide = (self.size.width or 80) >= WIDE_FROM
+        gpus = self.query_one("#gpus", KeyedTable)
+        gpus.set_columns(_GPU_WIDE if wide else _GPU_NARROW)
+        self._wide = wide
+        snapshot = self.store.latest(self.host)
+        self.query_one("#host-info", Static).update(self._info(snapshot))
+        gpus.sync(self._gpu_rows())
+        self.query_one("#processes", KeyedTable).sync(self._process_rows(snapshot))
+        self._show_trends()
+        self._show_findings()
+
+    def _info(self, snapshot: HostSnapshot | None) -> Text:
+        status = self.store.status(self.host)
+        line = Text.assemble((self.host, "bold"), f"  {status.state.value}")
+        if status.reason:
+            line.append(f" ({status.reason})", style=self.palette["severity-warning"])
+        if snapshot is None:
+            return line
+        models = {short_model(g.name) for g in snapshot.gpus if g.name}
+        line.append(f"  ·  {len(snapshot.gpus)}× {', '.join(sorted(models)) or 'N/A'}")
+        line.append(f"  ·  driver {snapshot.driver_version or 'N/A'}")
+        line.append(f"  ·  CUDA {snapshot.cuda_version or 'N/A'}")
+        stamp = time.strftime("%H:%M:%S", time.gmtime(snapshot.time))
+        line.append(f"  ·  read {stamp} UTC", style="dim")
+        return line
+
+    def _gpu_rows(self) -> list[tuple[str, Cells]]:
+        snapshot = self.store.latest(self.host)
+        if snapshot is None:
+            return []
+        return [(str(g.index), self._gpu_cells(g)) for g in snapshot.gpus]
+
+    def _gpu_cells(self, gpu: GpuState) -> Cells:
+        palette = self.palette
+        index = Text(str(gpu.index), style="bold")
+        if gpu.lost:
+            critical = f"bold {palette['severity-critical']}"
+            columns = _GPU_WIDE if self._wide else _GPU_NARROW
+            return (index, Text("LOST", style=critical), *(Text(""),) * (len(columns) - 2))
+        ecc = gpu.ecc
+        if self._wide:
+            return (
+                index,
+                cells.utilization_bar(gpu.utilization_pct, palette, width=7),
+                cells.memory_bar(gpu.memory_used_mib, gpu.memory_total_mib, palette, width=7),
+                cells.temperature(gpu.temperature_c, palette),
+                cells.power(gpu.power_w, gpu.power_limit_w),
+                cells.number(gpu.sm_clock_mhz),
+                cells.number(gpu.memory_clock_mhz),
+                cells.text(gpu.pstate),
+                cells.throttle(gpu.throttle_reasons, palette),
+                cells.ecc(
+                    ecc.volatile_uncorrected if ecc else None,
+                    ecc.volatile_corrected if ecc else None,
+                    palette,
+                ),
+                cells.pcie(gpu.pcie, palette),
+            )
+        return (
+            index,
+            cells.percent(gpu.utilization_pct, palette),
+            cells.memory_percent(gpu.memory_used_mib, gpu.memory_total_mib, palette),
+            cells.temperature(gpu.temperature_c, palette),
+            cells.power_percent(gpu.power_w, gpu.power_limit_w),
+            cells.number(gpu.sm_clock_mhz),
+            cells.text(gpu.pstate),
+            cells.throttle(gpu.throttle_reasons, palette, compact=True),
+            cells.pcie(gpu.pcie, palette, compact=True),
+        )
+
+    def _process_rows(self, snapshot: HostSnapshot | None) -> list[tuple[str, Cells]]:
+        if snapshot is None:
+            return []
+        rows = []
+        for p in sorted(snapshot.processes, key=lambda p: (p.gpu, -(p.used_memory_mib or 0))):
+            memory = (
+                cells.na()
+                if p.used_memory_mib is None
+                else Text(f"{cells.gib(p.used_memory_mib)} GiB")
+            )
+            rows.append(
+                (
+                    f"{p.gpu}/{p.pid}",
+                    (
+                        Text(str(p.gpu)),
+                        Text(str(p.pid)),
+                        cells.text(p.user),
+                        memory,
+                        cells.text(p.command),
+                    ),
+                )
+            )
+        return rows
+
+    def _show_trends(self) -> None:
+        gpu = self.selected_gpu
+        snapshot = self.store.latest(self.host)
+        state = snapshot.gpu(gpu) if snapshot is not None and gpu is not None else None
+        for field, label, unit, low, high in _TRENDS:
+            widget = self.query_one(f"#trend-{label}", Static)
+            width = max(8, (widget.size.width or 38) - _TREND_LABEL_WIDTH)
+            values = self.store.series(self.host, gpu, field) if gpu is not None else []
+            top = high if high is not None else (state.power_limit_w if state else None)
+            if not values or top is None:
+                widget.update(
+                    Text(f"GPU {gpu if gpu is not None else '-'} {label}: N/A", style="dim")
+                )
+                continue
+            now = values[-1]
+            widget.update(
+                Text.assemble(
+                    (f"GPU {gpu} {label} ", "dim"),
+                    (sparkline(values, low, top, width), self._trend_style(label, now)),
+                    f" {now:.0f}{unit}",
+                )
+            )
+
+    def _trend_style(self, label: str, now: float) -> str:
+        if label == "util":
+            return self.palette.utilization(now)
+        if label == "temp":
+            return self.palette.temperature(now)
+        return self.palette["util-mid"]
+
+    def _show_findings(self) -> None:
+        findings = self.store.findings(self.host)
+        widget = self.query_one("#findings", Static)
+        if not findings:
+            widget.update(Text("No findings: every rule passes on this host.", style="dim"))
+            return
+        lines = []
+        for finding in findings:
+            line = Text(no_wrap=True, overflow="ellipsis", end="")
+            line.append_text(cells.severity_badge(finding.severity, self.palette))
+            line.append(f" {finding.message}")
+            line.append(f" → {finding.remediation}", style="dim")
+            lines.append(line)
+        widget.update(Text("\n").join(lines))
+
+    @on(DataTable.RowHighlighted, "#gpus")
+    def _gpu_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self._show_trends()
+
+    def action_topology(self) -> None:
+        from gpuconsole.screens.topology import TopologyScreen
+
+        self.app.push_screen(TopologyScreen(self.host))
+
+    def action_other_host(self, step: int) -> None:
+        hosts = self.store.hosts
+        target = hosts[(hosts.index(self.host) + step) % len(hosts)]
+        self.app.switch_screen(HostScreen(target))

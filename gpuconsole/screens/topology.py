@@ -1,0 +1,120 @@
+"""The topology screen: the GPU × GPU matrix as `nvidia-smi topo -m` prints it, and advice."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Static
+
+from gpuconsole.model import LINK_LEGEND, Topology, nvlink_count
+from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.widgets.cells import Palette
+
+
+def link_style(link: str, palette: Palette) -> str:
+    if link == "X":
+        return "dim"
+    if nvlink_count(link):
+        return f"bold {palette['link-nvlink']}"
+    return palette["link-sys"] if link in ("SYS", "NODE") else palette["link-pcie"]
+
+
+def matrix_table(topology: Topology, palette: Palette) -> Table:
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+    table.add_column("")
+    for index in range(topology.gpu_count):
+        table.add_column(f"GPU{index}", justify="center")
+    table.add_column("CPU Affinity")
+    table.add_column("NUMA")
+    for a, row in enumerate(topology.matrix):
+        cpu = topology.cpu_affinity[a] if a < len(topology.cpu_affinity) else None
+        numa = topology.numa_affinity[a] if a < len(topology.numa_affinity) else None
+        table.add_row(
+            Text(f"GPU{a}", style="bold"),
+            *(Text(link, style=link_style(link, palette)) for link in row),
+            cpu or Text("N/A", style="dim"),
+            Text("N/A", style="dim") if numa is None else str(numa),
+        )
+    return table
+
+
+def legend(topology: Topology, palette: Palette) -> Text:
+    present = {cell for row in topology.matrix for cell in row}
+    present = {"NV#" if nvlink_count(c) else c for c in present}
+    text = Text("Legend\n", style="bold")
+    for code, meaning in LINK_LEGEND.items():
+        if code in present or code == "X":
+            sample = "NV18" if code == "NV#" else code
+            text.append(f"  {code:<5}", style=link_style(sample, palette))
+            text.append(f"{meaning}\n")
+    return text
+
+
+def advice(topology: Topology, palette: Palette) -> Text:
+    """Which GPU sets are best connected: where to put jobs that talk a lot between GPUs."""
+    text = Text("Best-connected GPU sets (put communication-heavy jobs here)\n", style="bold")
+    sizes = sorted({k for k in (2, 4, topology.gpu_count // 2) if 2 <= k < topology.gpu_count})
+    for k in sizes:
+        sets = topology.best_sets(k)
+        shown = ", ".join("{" + ",".join(map(str, combo)) + "}" for combo, _ in sets)
+        weakest = sets[0][1] if sets else "?"
+        text.append(f"  {k} GPUs: ", style="bold")
+        text.append(shown)
+        text.append("  weakest link ")
+        text.append(weakest, style=link_style(weakest, palette))
+        text.append("\n")
+    if not any(nvlink_count(c) for row in topology.matrix for c in row):
+        text.append(
+            "  No NVLink on this host: GPU-to-GPU traffic crosses PCIe; prefer GPUs under one "
+            "switch (PIX) or one NUMA node.\n",
+            style=palette["severity-warning"],
+        )
+    return text
+
+
+class TopologyScreen(ConsoleScreen):
+    """How one host's GPUs are connected."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="topology.back")]
+
+    def __init__(self, host: str) -> None:
+        super().__init__()
+        self.host = host
+        self._shown: tuple[Topology, Palette] | None = None
+
+    def where(self) -> str:
+        return f"topology of {self.host}"
+
+    def compose(self) -> ComposeResult:
+        yield self.title_bar()
+        with VerticalScroll(id="topology-body"):
+            yield Static(id="topology", markup=False)
+        yield Footer()
+
+    def refresh_view(self, changed: set[str] | None) -> None:
+        super().refresh_view(changed)
+        if changed is not None and self.host not in changed:
+            return
+        snapshot = self.store.latest(self.host)
+        body = self.query_one("#topology", Static)
+        if snapshot is None or snapshot.topology is None:
+            body.update(Text(f"{self.host}: no topology reading yet", style="dim"))
+            return
+        topology = snapshot.topology
+        palette = self.palette
+        if self._shown == (topology, palette):
+            return
+        self._shown = (topology, palette)
+        body.update(
+            Group(
+                Text(f"{self.host}: {topology.gpu_count} GPUs", style="bold"),
+                matrix_table(topology, palette),
+                Text(""),
+                legend(topology, palette),
+                advice(topology, palette),
+            )
+        )

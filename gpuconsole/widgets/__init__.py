@@ -1,0 +1,1 @@
+"""Widgets and cell renderers of the console's screens."""

@@ -1,0 +1,212 @@
+"""Cell renderers: values in, Rich `Text` out, coloured by the theme's bands.
+
+Every renderer shows a missing value as "N/A" (never 0), and carries meaning in characters as
+well as colour, so the console reads the same under NO_COLOR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from gpuconsole.model import PcieLink, Severity
+
+NA = "N/A"
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+# The guide's bands: utilization ≥ 90 % is the ideal, 85 °C the temperature alarm, 20 % of
+# memory kept in reserve.
+UTIL_HIGH = 90.0
+UTIL_LOW = 30.0
+TEMP_HOT = 85.0
+TEMP_WARM = 60.0
+MEMORY_RESERVE = 0.80
+
+SEVERITY_BADGES = {Severity.INFO: "info", Severity.WARNING: "WARN", Severity.CRITICAL: "CRIT"}
+
+SHORT_REASONS = {
+    "gpu-idle": "idle",
+    "applications-clocks": "app-clk",
+    "sw-power-cap": "pwr-cap",
+    "hw-slowdown": "hw-slow",
+    "sync-boost": "sync",
+    "sw-thermal": "sw-therm",
+    "hw-thermal": "hw-therm",
+    "hw-power-brake": "pwr-brake",
+    "display-clocks": "disp-clk",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Palette:
+    """The theme's band colours, read once per theme change."""
+
+    colours: Mapping[str, str]
+
+    def __getitem__(self, band: str) -> str:
+        return self.colours.get(band, "")
+
+    def utilization(self, pct: float) -> str:
+        if pct >= UTIL_HIGH:
+            return self["util-high"]
+        return self["util-mid"] if pct >= UTIL_LOW else self["util-low"]
+
+    def temperature(self, celsius: float) -> str:
+        if celsius >= TEMP_HOT:
+            return self["temp-hot"]
+        return self["temp-warm"] if celsius >= TEMP_WARM else self["temp-cool"]
+
+    def memory(self, fraction: float) -> str:
+        if fraction >= 0.95:
+            return self["severity-critical"]
+        return self["severity-warning"] if fraction >= MEMORY_RESERVE else ""
+
+    def severity(self, severity: Severity) -> str:
+        return self[f"severity-{severity.label}"]
+
+
+def na() -> Text:
+    return Text(NA, style="dim")
+
+
+def bar(fraction: float, width: int) -> str:
+    """A horizontal bar of ``width`` cells in eighth-block steps."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    text = "█" * full + (_EIGHTHS[part] if part else "")
+    return text.ljust(width)
+
+
+def percent(value: float | None, palette: Palette) -> Text:
+    if value is None:
+        return na()
+    return Text(f"{value:3.0f}%", style=palette.utilization(value))
+
+
+def utilization_bar(value: float | None, palette: Palette, width: int = 8) -> Text:
+    if value is None:
+        return na()
+    return Text(f"{bar(value / 100, width)} {value:3.0f}%", style=palette.utilization(value))
+
+
+def gib(mib: float) -> str:
+    return f"{mib / 1024:.0f}" if mib >= 10 * 1024 else f"{mib / 1024:.1f}"
+
+
+def memory(used: float | None, total: float | None, palette: Palette) -> Text:
+    if used is None or not total:
+        return na()
+    return Text(f"{gib(used)}/{gib(total)}G", style=palette.memory(used / total))
+
+
+def memory_bar(used: float | None, total: float | None, palette: Palette, width: int = 8) -> Text:
+    if used is None or not total:
+        return na()
+    fraction = used / total
+    return Text(f"{bar(fraction, width)} {gib(used)}/{gib(total)}G", style=palette.memory(fraction))
+
+
+def memory_percent(used: float | None, total: float | None, palette: Palette) -> Text:
+    if used is None or not total:
+        return na()
+    fraction = used / total
+    return Text(f"{fraction * 100:3.0f}%", style=palette.memory(fraction))
+
+
+def temperature(celsius: float | None, palette: Palette) -> Text:
+    if celsius is None:
+        return na()
+    return Text(f"{celsius:.0f}°C", style=palette.temperature(celsius))
+
+
+def power(watts: float | None, limit: float | None) -> Text:
+    if watts is None:
+        return na()
+    if limit is None:
+        return Text(f"{watts:.0f}W")
+    return Text(f"{watts:.0f}/{limit:.0f}W")
+
+
+def kilowatts(watts: float | None, limit: float | None) -> Text:
+    if watts is None:
+        return na()
+    if limit is None:
+        return Text(f"{watts / 1000:.1f}kW")
+    return Text(f"{watts / 1000:.1f}/{limit / 1000:.1f}kW")
+
+
+def power_percent(watts: float | None, limit: float | None) -> Text:
+    if watts is None or not limit:
+        return na()
+    return Text(f"{watts / limit * 100:3.0f}%")
+
+
+def number(value: float | None, suffix: str = "") -> Text:
+    return na() if value is None else Text(f"{value:.0f}{suffix}")
+
+
+def text(value: str | None) -> Text:
+    return na() if value is None else Text(value)
+
+
+def pcie(link: PcieLink | None, palette: Palette, compact: bool = False) -> Text:
+    """'5×16'; a link below its maximum also shows the maximum, unless ``compact``.
+
+    A narrower width than the maximum is a fault (warning colour); a lower generation alone is
+    usually an idle GPU saving power (dim).
+    """
+    if link is None or link.gen is None or link.width is None:
+        return na()
+    now = f"{link.gen}×{link.width}"
+    if not (link.degraded_width or link.degraded_gen):
+        return Text(now)
+    style = palette["severity-warning"] if link.degraded_width else "dim"
+    return Text(now if compact else f"{now}/{link.max_gen}×{link.max_width}", style=style)
+
+
+# Most telling first: the compact cell shows the first active one and a count of the rest.
+_REASON_PRIORITY = (
+    "hw-thermal",
+    "sw-thermal",
+    "hw-power-brake",
+    "hw-slowdown",
+    "sw-power-cap",
+    "sync-boost",
+    "applications-clocks",
+    "display-clocks",
+    "gpu-idle",
+)
+
+
+def throttle(reasons: tuple[str, ...] | None, palette: Palette, compact: bool = False) -> Text:
+    if reasons is None:
+        return na()
+    if not reasons:
+        return Text("—", style="dim")
+    ordered = sorted(
+        reasons, key=lambda r: _REASON_PRIORITY.index(r) if r in _REASON_PRIORITY else 99
+    )
+    shown = [SHORT_REASONS.get(r, r) for r in ordered]
+    thermal = any(r in ("hw-thermal", "sw-thermal") for r in reasons)
+    style = palette["severity-critical"] if thermal else ""
+    if compact and len(shown) > 1:
+        return Text(f"{shown[0]}+{len(shown) - 1}", style=style)
+    return Text(",".join(shown), style=style)
+
+
+def ecc(volatile_uncorrected: int | None, volatile_corrected: int | None, palette: Palette) -> Text:
+    if volatile_uncorrected is None and volatile_corrected is None:
+        return na()
+    unc = "?" if volatile_uncorrected is None else str(volatile_uncorrected)
+    cor = "?" if volatile_corrected is None else str(volatile_corrected)
+    style = palette["severity-critical"] if volatile_uncorrected else ""
+    return Text(f"{unc}/{cor}", style=style)
+
+
+def severity_badge(severity: Severity | None, palette: Palette) -> Text:
+    if severity is None:
+        return Text("ok", style=palette["util-high"])
+    return Text(SEVERITY_BADGES[severity], style=f"bold {palette.severity(severity)}")

@@ -1,0 +1,93 @@
+"""A DataTable that is synchronised from keyed rows and repaints only what changed.
+
+Clearing and re-adding every row each tick loses the cursor and costs layout per row; this table
+instead compares each new cell with the one shown and updates only those that differ. Rows are
+rebuilt only when the set or the order of keys changes, and the cursor stays on its key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import DataTable
+from textual.widgets.data_table import RowDoesNotExist
+
+Cells = tuple[Text | str, ...]
+
+
+def same_cell(a: Text | str, b: Text | str) -> bool:
+    """Equal as shown: rich's `Text.__eq__` ignores the base style, so a recoloured cell
+    (a theme change, a temperature crossing a band) would compare equal to the old one."""
+    if isinstance(a, Text) and isinstance(b, Text):
+        return a.plain == b.plain and a.style == b.style and a.spans == b.spans
+    return a == b
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnSpec:
+    """A column: its key, its header label and a fixed width (None: fit the content)."""
+
+    key: str
+    label: str
+    width: int | None = None
+
+
+class KeyedTable(DataTable[Text | str]):
+    """Rows keyed by a stable string; `sync` applies a full new state as a minimal change."""
+
+    DEFAULT_CSS = """
+    KeyedTable { height: auto; max-height: 100%; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False)
+        self._columns_shown: tuple[ColumnSpec, ...] = ()
+        self._shown: dict[str, Cells] = {}
+
+    def set_columns(self, columns: Sequence[ColumnSpec]) -> None:
+        """Replace the columns (and so every row) when they differ from those shown."""
+        columns = tuple(columns)
+        if columns == self._columns_shown:
+            return
+        self.clear(columns=True)
+        self._shown = {}
+        for spec in columns:
+            self.add_column(spec.label, key=spec.key, width=spec.width)
+        self._columns_shown = columns
+
+    @property
+    def cursor_key(self) -> str | None:
+        """The key of the row under the cursor, or None for an empty table."""
+        if not self.row_count:
+            return None
+        try:
+            row_key, _ = self.coordinate_to_cell_key(self.cursor_coordinate)
+        except RowDoesNotExist:
+            return None
+        return row_key.value
+
+    def sync(self, rows: Sequence[tuple[str, Cells]]) -> None:
+        """Show exactly ``rows``, touching only the cells that changed."""
+        keys = [key for key, _ in rows]
+        if keys != list(self._shown):
+            self._rebuild(rows)
+            return
+        column_keys = [spec.key for spec in self._columns_shown]
+        for key, cells in rows:
+            shown = self._shown[key]
+            for column, new, old in zip(column_keys, cells, shown, strict=True):
+                if not same_cell(new, old):
+                    self.update_cell(key, column, new)
+            self._shown[key] = cells
+
+    def _rebuild(self, rows: Sequence[tuple[str, Cells]]) -> None:
+        keep = self.cursor_key
+        self.clear()
+        self._shown = {}
+        for key, cells in rows:
+            self.add_row(*cells, key=key)
+            self._shown[key] = cells
+        if keep in self._shown:
+            self.move_cursor(row=self.get_row_index(keep), animate=False, scroll=True)
