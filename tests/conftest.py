@@ -1,0 +1,41 @@
+"""Shared fixtures: a fixed-clock simulated rack; config discovery kept out of the home dir."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from gpuconsole.app import GpuConsoleApp
+from gpuconsole.clock import ManualClock
+from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
+
+EPOCH = 1_767_225_600.0  # 2026-01-01 00:00 UTC
+NOW = EPOCH + 900.0  # fifteen minutes into the simulation: jobs running, faults on
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(variable, str(tmp_path / variable.lower()))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(NOW)
+
+
+@pytest.fixture
+def rack() -> SimRack:
+    return demo_rack(hosts=6, seed=7, epoch=EPOCH)
+
+
+@pytest.fixture
+def make_app(rack: SimRack, clock: ManualClock) -> Callable[..., GpuConsoleApp]:
+    """An app on the demo rack with a fixed clock; it polls only when a test tells it to."""
+
+    def make(**options: object) -> GpuConsoleApp:
+        return GpuConsoleApp(SimSource(rack, clock), auto_poll=False, **options)  # type: ignore[arg-type]
+
+    return make

@@ -1,0 +1,184 @@
+"""Key flows of the console, driven with Pilot as a user would drive them."""
+
+from __future__ import annotations
+
+from gpuconsole.model import HostState
+from gpuconsole.poller import collect
+from gpuconsole.screens.fleet import FleetScreen, gpu_row_key
+from gpuconsole.screens.help import HelpScreen
+from gpuconsole.screens.host import HostScreen
+from gpuconsole.screens.topology import TopologyScreen
+from gpuconsole.widgets.keyed_table import KeyedTable
+
+
+def row_keys(screen, table_id: str) -> list[str]:
+    table = screen.query_one(f"#{table_id}", KeyedTable)
+    return [table.coordinate_to_cell_key((row, 0)).row_key.value for row in range(table.row_count)]
+
+
+def cell_text(screen, table_id: str, row: str, column: str) -> str:
+    cell = screen.query_one(f"#{table_id}", KeyedTable).get_cell(row, column)
+    return getattr(cell, "plain", str(cell))
+
+
+def tick(app, clock, seconds: float = 1.0) -> None:
+    """Advance the simulation and take one polling round, as the timer chain would."""
+    clock.advance(seconds)
+    app.apply_readings(collect(app.source))
+
+
+async def test_navigation_fleet_host_topology_and_back(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert isinstance(app.screen, FleetScreen)
+        first = row_keys(app.screen, "fleet")[0]
+        await pilot.press("enter")
+        assert isinstance(app.screen, HostScreen)
+        assert app.screen.host == first
+        await pilot.press("t")
+        assert isinstance(app.screen, TopologyScreen)
+        assert app.screen.host == first
+        await pilot.press("escape")
+        assert isinstance(app.screen, HostScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, FleetScreen)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, FleetScreen)
+
+
+async def test_worst_host_first_then_sort_by_name(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        keys = row_keys(app.screen, "fleet")
+        severities = [app.store.severity(h) for h in keys]
+        ranks = [-1 if s is None else int(s) for s in severities]
+        assert ranks == sorted(ranks, reverse=True)
+        assert ranks[0] == 2  # the demo has a critical host, shown first
+        await pilot.press("s")
+        assert app.screen.sort_key == "name"
+        assert row_keys(app.screen, "fleet") == sorted(keys)
+
+
+async def test_expand_host_shows_its_gpus_and_collapse(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        host = row_keys(app.screen, "fleet")[0]
+        gpus = len(app.store.latest(host).gpus)
+        await pilot.press("space")
+        keys = row_keys(app.screen, "fleet")
+        assert keys[1 : 1 + gpus] == [gpu_row_key(host, i) for i in range(gpus)]
+        await pilot.press("space")
+        assert gpu_row_key(host, 0) not in row_keys(app.screen, "fleet")
+
+
+async def test_enter_on_gpu_row_opens_host_at_that_gpu(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        host = row_keys(app.screen, "fleet")[0]
+        await pilot.press("space", "down", "down", "down", "enter")
+        assert isinstance(app.screen, HostScreen)
+        assert app.screen.host == host
+        assert app.screen.selected_gpu == 2
+
+
+async def test_filter_keeps_matching_hosts_and_escape_clears(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("slash", *"a100")
+        keys = row_keys(app.screen, "fleet")
+        assert keys and all(k.startswith("a100") for k in keys)
+        await pilot.press("enter", "escape")
+        assert len(row_keys(app.screen, "fleet")) == len(app.store.hosts)
+
+
+async def test_fault_appearing_while_the_screen_is_open(make_app, rack, clock) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("s")  # by name: h100-02 keeps its place while it turns critical
+        assert app.store.severity("h100-02") is None or app.store.severity("h100-02") < 2
+        rack.set_fault("h100-02", "xid-79", gpu=5, since=clock.now + 1)
+        tick(app, clock)
+        await pilot.pause()
+        problem = cell_text(app.screen, "fleet", "h100-02", "problem")
+        assert problem.startswith("CRIT")
+        assert "GPU 5" in problem
+        app.push_screen(HostScreen("h100-02"))
+        await pilot.pause()
+        assert cell_text(app.screen, "gpus", "5", "util") == "LOST"
+
+
+async def test_host_that_stops_answering_goes_stale_then_down(make_app, rack, clock) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        rack.set_fault("l40s-01", "host-unresponsive", since=clock.now)
+        for _ in range(3):
+            tick(app, clock)
+        assert app.store.status("l40s-01").state is HostState.STALE
+        await pilot.pause()
+        assert cell_text(app.screen, "fleet", "l40s-01", "state") == "stale"
+        for _ in range(7):
+            tick(app, clock)
+        await pilot.pause()
+        assert app.store.status("l40s-01").state is HostState.DOWN
+        assert cell_text(app.screen, "fleet", "l40s-01", "state") == "down"
+        assert cell_text(app.screen, "fleet", "l40s-01", "problem") == "CRIT host-down"
+        assert row_keys(app.screen, "fleet")[0] == "l40s-01"
+
+
+async def test_host_screen_trend_follows_the_cursor(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.push_screen(HostScreen("h100-02"))
+        await pilot.pause()
+        trend = app.screen.query_one("#trend-util").render()
+        assert "GPU 0 util" in str(trend)
+        await pilot.press("down")
+        assert "GPU 1 util" in str(app.screen.query_one("#trend-util").render())
+
+
+async def test_next_host_key_moves_through_the_rack(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        hosts = app.store.hosts
+        app.push_screen(HostScreen(hosts[0]))
+        await pilot.pause()
+        await pilot.press("right_square_bracket")
+        assert app.screen.host == hosts[1]
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert app.screen.host == hosts[-1]
+
+
+async def test_help_lists_every_binding(make_app) -> None:
+    from gpuconsole.screens.help import bindings_table
+
+    table = bindings_table()
+    descriptions = set(table.columns[1]._cells)
+    for screen_type in (FleetScreen, HostScreen, TopologyScreen):
+        for binding in screen_type.BINDINGS:
+            assert binding.description in descriptions
+
+
+async def test_theme_switch_recolours_cells(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = app.screen.query_one("#fleet", KeyedTable)
+        host = row_keys(app.screen, "fleet")[0]
+        before = table.get_cell(host, "state").style
+        app.theme = "gpuconsole-light"
+        await pilot.pause()
+        await pilot.pause()
+        after = table.get_cell(host, "state").style
+        assert before != after
+
+
+async def test_command_palette_offers_hosts(make_app) -> None:
+    from gpuconsole.screens.commands import ConsoleCommands
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)):
+        provider = ConsoleCommands(app.screen)
+        names = [name for name, _, _ in provider._commands()]
+        assert "Fleet" in names
+        assert all(f"Host {h}" in names and f"Topology of {h}" in names for h in app.store.hosts)
