@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from gpuconsole import xid as xids
@@ -22,12 +23,20 @@ from gpuconsole.model import (
     Severity,
 )
 
-TEMPERATURE_HIGH_C = 85.0
-"""The guide's alert threshold; slowdown itself starts at the GPU's own slowdown temperature."""
-MEMORY_FULL_FRACTION = 0.95
-"""Above this a job's next allocation likely fails with out-of-memory."""
-MEMORY_RESERVE_FRACTION = 0.80
-"""The guide advises keeping 20 % of GPU memory free as a buffer."""
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """The tunable limits of the rules; the defaults are the guide's."""
+
+    temp_high_c: float = 85.0
+    """The guide's alert threshold; slowdown itself starts at the GPU's own slowdown temperature."""
+    memory_full_fraction: float = 0.95
+    """Above this a job's next allocation likely fails with out-of-memory."""
+    memory_reserve_fraction: float = 0.80
+    """The guide advises keeping 20 % of GPU memory free as a buffer."""
+
+
+DEFAULT_THRESHOLDS = Thresholds()
 BUSY_UTILIZATION_PCT = 20.0
 """An idle GPU legitimately trains its PCIe link down a generation; a busy one should not."""
 IDLE_UTILIZATION_PCT = 2.0
@@ -43,16 +52,17 @@ def _pct(fraction: float) -> str:
 RULES: dict[str, str] = {
     "gpu-lost": "the GPU stopped answering (fallen off the bus)",
     "xid": "the driver reported an XID error for the GPU",
-    "thermal-slowdown": "the GPU slows its clocks because it is too hot",
-    "temperature-high": f"the GPU is at or above {TEMPERATURE_HIGH_C:.0f} °C, not yet slowing down",
+    "thermal-throttle": "the GPU slows its clocks because it is too hot",
+    "temp-high": "the GPU is at or above the alert temperature (85 °C), not yet slowing down",
     "power-brake": "an external power brake (PSU or board) slows the GPU down",
     "hw-slowdown": "hardware slowdown engaged without a more specific reason",
     "ecc-uncorrectable": "uncorrectable ECC errors since the driver loaded",
     "row-remap-pending": "an HBM row remap waits for a GPU reset",
     "row-remap-failure": "the GPU failed to remap a faulty HBM row",
     "pcie-degraded": "the PCIe link trained below its width, or below its generation under load",
-    "memory-nearly-full": f"GPU memory at or above {_pct(MEMORY_FULL_FRACTION)} used",
-    "memory-reserve-low": f"less than {_pct(1 - MEMORY_RESERVE_FRACTION)} of GPU memory left free",
+    "mem-pressure": "more than 80 % of GPU memory used (the guide's 20 % reserve); 95 % warns",
+    "recovery-action": "the driver asks for a GPU reset, a node reboot or a drain",
+    "persistence-off": "persistence mode is off: the driver re-initialises the GPU per process",
     "idle-memory-held": f"processes hold memory on a GPU idle for {IDLE_MEMORY_SECONDS:.0f} s",
     "power-cap": "the GPU runs at its software power limit",
     "host-stale": "the host's readings stopped arriving",
@@ -74,7 +84,11 @@ class _Issue(NamedTuple):
 GpuRule = Callable[[GpuState], _Issue | None]
 
 
-def evaluate(snapshot: HostSnapshot, previous: Sequence[HostSnapshot] = ()) -> list[Finding]:
+def evaluate(
+    snapshot: HostSnapshot,
+    previous: Sequence[HostSnapshot] = (),
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> list[Finding]:
     """Every finding in ``snapshot``, worst first, then by GPU (host-wide ones first).
 
     ``previous`` holds earlier snapshots of the same host, oldest first, for duration rules.
@@ -82,7 +96,7 @@ def evaluate(snapshot: HostSnapshot, previous: Sequence[HostSnapshot] = ()) -> l
     findings = [
         _stamp(issue, snapshot.host, gpu.index)
         for gpu in snapshot.gpus
-        for issue in _gpu_issues(gpu, snapshot, previous)
+        for issue in _gpu_issues(gpu, snapshot, previous, thresholds)
     ]
     findings += _xid_findings(snapshot)
     return sorted(findings, key=lambda f: (-f.severity, -1 if f.gpu is None else f.gpu))
@@ -131,11 +145,16 @@ def _stamp(issue: _Issue, host: str, gpu: int | None) -> Finding:
 
 
 def _gpu_issues(
-    gpu: GpuState, snapshot: HostSnapshot, previous: Sequence[HostSnapshot]
+    gpu: GpuState,
+    snapshot: HostSnapshot,
+    previous: Sequence[HostSnapshot],
+    thresholds: Thresholds,
 ) -> list[_Issue]:
     if gpu.lost:
         return [_lost(gpu)]
     issues = [rule(gpu) for rule in _GPU_RULES]
+    issues.append(_thermal(gpu, thresholds))
+    issues.append(_memory(gpu, thresholds))
     issues.append(_idle_memory_held(gpu, snapshot, previous))
     return [issue for issue in issues if issue is not None]
 
@@ -168,24 +187,24 @@ def _xid_issue(code: int, gpu: int | None, count: int) -> _Issue:
     return _Issue(xids.severity(code), "xid", message, action)
 
 
-def _thermal(gpu: GpuState) -> _Issue | None:
-    """``thermal-slowdown`` when the GPU slows for heat, else ``temperature-high`` above 85 °C."""
+def _thermal(gpu: GpuState, thresholds: Thresholds) -> _Issue | None:
+    """``thermal-throttle`` when the GPU slows for heat, else ``temp-high`` above 85 °C."""
     reasons = [r for r in ("hw-thermal", "sw-thermal") if r in (gpu.throttle_reasons or ())]
     temp, limit = gpu.temperature_c, gpu.slowdown_temperature_c
     over_limit = temp is not None and limit is not None and temp >= limit
     if reasons or over_limit:
         return _Issue(
             Severity.CRITICAL,
-            "thermal-slowdown",
+            "thermal-throttle",
             _thermal_message(gpu, reasons),
             "check airflow, fans and inlet temperature; lower the power limit "
             f"(nvidia-smi -i {gpu.index} -pl <watts>) until it cools",
         )
-    if temp is not None and temp >= TEMPERATURE_HIGH_C:
+    if temp is not None and temp >= thresholds.temp_high_c:
         return _Issue(
             Severity.WARNING,
-            "temperature-high",
-            f"GPU {gpu.index} at {temp:.0f} °C (alert at {TEMPERATURE_HIGH_C:.0f} °C)",
+            "temp-high",
+            f"GPU {gpu.index} at {temp:.0f} °C (alert at {thresholds.temp_high_c:.0f} °C)",
             "check airflow, fans and inlet temperature before it reaches its slowdown temperature",
         )
     return None
@@ -290,16 +309,20 @@ _RECOVERY_ACTIONS: dict[str, str] = {
 _RECOVERY_SPELLINGS = {"reset": "gpu-reset", "reboot": "node-reboot"}
 
 
+def _recovery_key(action: str | None) -> str | None:
+    if not action:
+        return None
+    key = action.strip().lower().replace("_", "-").replace(" ", "-")
+    return _RECOVERY_SPELLINGS.get(key, key)
+
+
 def _recovery(gpu: GpuState, default: str) -> str:
     """The remediation NVML's recovery action asks for, or ``default`` when it asks for none.
 
     Accepts NVML's names in any case with ``_``, ``-`` or spaces (``GPU_RESET``, "Drain P2P").
     """
-    if not gpu.recovery_action:
-        return default
-    key = gpu.recovery_action.strip().lower().replace("_", "-").replace(" ", "-")
-    key = _RECOVERY_SPELLINGS.get(key, key)
-    if key == "none":
+    key = _recovery_key(gpu.recovery_action)
+    if key is None or key == "none":
         return default
     template = _RECOVERY_ACTIONS.get(key)
     if template is None:
@@ -330,38 +353,65 @@ def _link(gen: int | None, width: int | None) -> str:
     return " ".join(p for p in parts if p) or "N/A"
 
 
-def _memory(gpu: GpuState) -> _Issue | None:
-    """One memory finding at most: nearly full (WARNING), else reserve below 20 % (INFO)."""
+def _memory(gpu: GpuState, thresholds: Thresholds) -> _Issue | None:
+    """``mem-pressure``: WARNING when nearly full, INFO when the 20 % reserve is gone."""
     fraction = gpu.memory_fraction
-    if fraction is None or fraction < MEMORY_RESERVE_FRACTION:
+    if fraction is None or fraction < thresholds.memory_reserve_fraction:
         return None
-    figures = f"{gpu.memory_used_mib:,.0f} of {gpu.memory_total_mib:,.0f} MiB"
-    if fraction >= MEMORY_FULL_FRACTION:
+    message = (
+        f"GPU {gpu.index} memory {_pct(fraction)} used "
+        f"({gpu.memory_used_mib:,.0f} of {gpu.memory_total_mib:,.0f} MiB)"
+    )
+    if fraction >= thresholds.memory_full_fraction:
         return _Issue(
             Severity.WARNING,
-            "memory-nearly-full",
-            f"GPU {gpu.index} memory {_pct(fraction)} used ({figures})",
+            "mem-pressure",
+            message,
             "expect out-of-memory errors: lower the batch size or enable activation checkpointing",
         )
+    reserve = _pct(1 - thresholds.memory_reserve_fraction)
     return _Issue(
         Severity.INFO,
-        "memory-reserve-low",
-        f"GPU {gpu.index} memory {_pct(fraction)} used ({figures}), "
-        f"less than the {_pct(1 - MEMORY_RESERVE_FRACTION)} reserve left",
-        f"keep {_pct(1 - MEMORY_RESERVE_FRACTION)} of GPU memory free for allocation spikes: "
-        "trim the batch size or the model",
+        "mem-pressure",
+        f"{message}, less than the {reserve} reserve left",
+        f"keep {reserve} of GPU memory free for allocation spikes: trim the batch or the model",
+    )
+
+
+def _recovery_action(gpu: GpuState) -> _Issue | None:
+    """The driver's own verdict (NVML's recovery action), when it asks for something."""
+    key = _recovery_key(gpu.recovery_action)
+    if key is None or key == "none":
+        return None
+    return _Issue(
+        Severity.CRITICAL,
+        "recovery-action",
+        f"GPU {gpu.index}: the driver's recovery action is {gpu.recovery_action}",
+        _recovery(gpu, "follow the driver's recovery action"),
+    )
+
+
+def _persistence(gpu: GpuState) -> _Issue | None:
+    if gpu.persistence_mode is not False:
+        return None
+    return _Issue(
+        Severity.WARNING,
+        "persistence-off",
+        f"GPU {gpu.index}: persistence mode is off (slow job starts, state lost between jobs)",
+        "run the nvidia-persistenced daemon (systemctl enable --now nvidia-persistenced); "
+        "nvidia-smi -pm 1 is deprecated",
     )
 
 
 _GPU_RULES: tuple[GpuRule, ...] = (
-    _thermal,
     _power_brake,
     _hw_slowdown,
     _ecc,
     _remap_pending,
     _remap_failure,
     _pcie,
-    _memory,
+    _recovery_action,
+    _persistence,
     _power_cap,
 )
 

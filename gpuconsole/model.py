@@ -111,6 +111,25 @@ class GpuProcess:
     command: str | None = None
     kind: str = "compute"
     container: str | None = None
+    """'docker:<id>', 'containerd:<id>' or 'k8s-pod:<uid>' where the process runs in one."""
+    mig_instance: int | None = None
+    """The GPU instance id when the GPU is in MIG mode."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG GPU instance (with its compute instance) of a GPU in MIG mode.
+
+    NVML reports no utilization per MIG instance, so there is no such field here: screens show
+    N/A rather than a 0 that would read as "idle".
+    """
+
+    gpu_instance_id: int
+    compute_instance_id: int | None
+    profile: str | None
+    memory_total_mib: float | None
+    memory_used_mib: float | None = None
+    uuid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +162,7 @@ class GpuState:
     persistence_mode: bool | None = None
     compute_mode: str | None = None
     mig_mode: bool | None = None
+    mig_instances: tuple[MigInstance, ...] = ()
     lost: bool = False
     """True when the GPU stopped answering (fallen off the bus): every reading is then None."""
 

@@ -191,7 +191,7 @@ def test_catalog_flags_match_the_sources() -> None:
 
 
 def test_thermal_slowdown_from_temperature() -> None:
-    finding = only(evaluate(snap(healthy(3, temperature_c=91.0))), "thermal-slowdown")
+    finding = only(evaluate(snap(healthy(3, temperature_c=91.0))), "thermal-throttle")
     assert finding.severity is Severity.CRITICAL
     assert finding.gpu == 3
     assert finding.message == "GPU 3 at 91 °C, slowdown at 87 °C"
@@ -201,16 +201,16 @@ def test_thermal_slowdown_from_temperature() -> None:
 def test_thermal_slowdown_from_reason(reason: str) -> None:
     gpu = healthy(1, temperature_c=80.0, throttle_reasons=(reason,))
     findings = evaluate(snap(gpu))
-    assert codes(findings) == ["thermal-slowdown"]
+    assert codes(findings) == ["thermal-throttle"]
     assert reason in findings[0].message
     assert "80 °C" in findings[0].message
 
 
 def test_temperature_high_below_slowdown() -> None:
-    finding = only(evaluate(snap(healthy(0, temperature_c=85.0))), "temperature-high")
+    finding = only(evaluate(snap(healthy(0, temperature_c=85.0))), "temp-high")
     assert finding.severity is Severity.WARNING
     assert "85 °C" in finding.message
-    assert "thermal-slowdown" not in codes(evaluate(snap(healthy(0, temperature_c=85.0))))
+    assert "thermal-throttle" not in codes(evaluate(snap(healthy(0, temperature_c=85.0))))
 
 
 def test_temperature_just_below_threshold_is_fine() -> None:
@@ -219,7 +219,7 @@ def test_temperature_just_below_threshold_is_fine() -> None:
 
 def test_slowdown_without_known_limit_uses_guide_threshold() -> None:
     gpu = healthy(0, temperature_c=95.0, slowdown_temperature_c=None)
-    assert codes(evaluate(snap(gpu))) == ["temperature-high"]
+    assert codes(evaluate(snap(gpu))) == ["temp-high"]
 
 
 def test_power_brake() -> None:
@@ -237,7 +237,7 @@ def test_hw_slowdown_alone() -> None:
 
 def test_hw_slowdown_with_hw_thermal_reports_thermal_only() -> None:
     gpu = healthy(0, throttle_reasons=("hw-slowdown", "hw-thermal"))
-    assert codes(evaluate(snap(gpu))) == ["thermal-slowdown"]
+    assert codes(evaluate(snap(gpu))) == ["thermal-throttle"]
 
 
 def test_power_cap_is_info_with_figures() -> None:
@@ -327,7 +327,7 @@ def test_pcie_low_gen_on_idle_or_unread_gpu_is_fine(utilization: float | None) -
 def test_memory_nearly_full_is_the_only_memory_finding() -> None:
     gpu = healthy(2, memory_used_mib=140_000.0)
     findings = evaluate(snap(gpu))
-    assert codes(findings) == ["memory-nearly-full"]
+    assert codes(findings) == ["mem-pressure"]
     assert findings[0].severity is Severity.WARNING
     assert "97 %" in findings[0].message
     assert "140,000 of 143,771 MiB" in findings[0].message
@@ -335,7 +335,7 @@ def test_memory_nearly_full_is_the_only_memory_finding() -> None:
 
 def test_memory_reserve_low_is_info() -> None:
     gpu = healthy(0, memory_used_mib=120_000.0)
-    finding = only(evaluate(snap(gpu)), "memory-reserve-low")
+    finding = only(evaluate(snap(gpu)), "mem-pressure")
     assert finding.severity is Severity.INFO
     assert "83 %" in finding.message
 
@@ -423,9 +423,9 @@ def test_findings_sorted_worst_first_then_by_gpu() -> None:
     findings = evaluate(snap(*gpus, xid_events=(XidEvent(13, None, 1.0),)))
     assert [(f.severity, f.gpu, f.code) for f in findings] == [
         (Severity.CRITICAL, 1, "ecc-uncorrectable"),
-        (Severity.CRITICAL, 3, "thermal-slowdown"),
+        (Severity.CRITICAL, 3, "thermal-throttle"),
         (Severity.WARNING, None, "xid"),
-        (Severity.WARNING, 0, "temperature-high"),
+        (Severity.WARNING, 0, "temp-high"),
         (Severity.INFO, 2, "power-cap"),
     ]
     assert all(f.host == HOST for f in findings)
@@ -440,7 +440,7 @@ def every_fault() -> tuple[HostSnapshot, list[HostSnapshot]]:
         healthy(4, remap=RowRemap(pending=True, failure=True), pcie=PcieLink(4, 8, 5, 16)),
         healthy(5, memory_used_mib=142_000.0),
         healthy(6, memory_used_mib=125_000.0),
-        healthy(7, utilization_pct=0.0),
+        healthy(7, utilization_pct=0.0, recovery_action="gpu-reset", persistence_mode=False),
     )
     holder = (GpuProcess(pid=7, gpu=7, used_memory_mib=1_000.0),)
     now = snap(*gpus, processes=holder, xid_events=(XidEvent(79, 0, 1.0),))
@@ -503,3 +503,37 @@ def test_host_state_finding_without_reason() -> None:
     finding = host_state_finding(HOST, HostState.DOWN, None)
     assert finding is not None
     assert finding.message == "node1: cannot be reached"
+
+
+# --- thresholds, recovery action, persistence ---------------------------------------------------
+
+
+def test_temp_high_threshold_is_configurable() -> None:
+    from gpuconsole.health import Thresholds
+
+    gpu = healthy(0, temperature_c=80.0)
+    assert "temp-high" not in codes(evaluate(snap(gpu)))
+    finding = only(evaluate(snap(gpu), thresholds=Thresholds(temp_high_c=78.0)), "temp-high")
+    assert "alert at 78 °C" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [("gpu-reset", "nvidia-smi -r -i 1"), ("NODE_REBOOT", "reboot"), ("Drain P2P", "peer")],
+)
+def test_recovery_action_asks_for_what_the_driver_wants(action: str, expected: str) -> None:
+    finding = only(evaluate(snap(healthy(1, recovery_action=action))), "recovery-action")
+    assert finding.severity is Severity.CRITICAL
+    assert finding.gpu == 1
+    assert expected in finding.remediation
+
+
+def test_recovery_action_none_is_no_finding() -> None:
+    assert "recovery-action" not in codes(evaluate(snap(healthy(0, recovery_action="none"))))
+
+
+def test_persistence_off_warns_and_unknown_does_not() -> None:
+    finding = only(evaluate(snap(healthy(0, persistence_mode=False))), "persistence-off")
+    assert finding.severity is Severity.WARNING
+    assert "nvidia-persistenced" in finding.remediation
+    assert "persistence-off" not in codes(evaluate(snap(healthy(0, persistence_mode=None))))
