@@ -37,9 +37,12 @@ class GpuConsoleApp(App[None]):
         theme: str = DEFAULT_THEME,
         auto_poll: bool = True,
         history_seconds: int = 120,
+        local_hosts: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__()
         self.source = source
+        self.local_hosts = local_hosts
+        """Hosts whose processes live on this machine, so that they can be signalled."""
         self.label = label
         self.refresh_seconds = refresh
         self.auto_poll = auto_poll

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 from rich.text import Text
@@ -12,8 +13,10 @@ from textual.containers import Horizontal
 from textual.events import Resize
 from textual.widgets import DataTable, Footer, Static
 
-from gpuconsole.model import GpuState, HostSnapshot
+from gpuconsole.actions.processes import describe, signal_process
+from gpuconsole.model import GpuProcess, GpuState, HostSnapshot
 from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.confirm import ConfirmScreen
 from gpuconsole.summary import short_model
 from gpuconsole.widgets import cells
 from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
@@ -61,6 +64,10 @@ _TRENDS = (
 )
 
 
+def _process_key(process: GpuProcess) -> str:
+    return f"{process.gpu}/{process.pid}"
+
+
 class HostScreen(ConsoleScreen):
     """One host; the cursor's GPU drives the trend lines."""
 
@@ -69,6 +76,9 @@ class HostScreen(ConsoleScreen):
         Binding("t", "topology", "Topology", id="host.topology"),
         Binding("left_square_bracket", "other_host(-1)", "Prev host", id="host.prev"),
         Binding("right_square_bracket", "other_host(1)", "Next host", id="host.next"),
+        Binding("k", "signal_process('SIGTERM')", "Terminate", id="host.terminate"),
+        Binding("K", "signal_process('SIGKILL')", "Kill", id="host.kill", show=False),
+        Binding("tab", "app.focus_next", "GPUs/processes", id="host.focus", show=False),
     ]
 
     def __init__(self, host: str, gpu: int | None = None) -> None:
@@ -94,7 +104,6 @@ class HostScreen(ConsoleScreen):
     def on_mount(self) -> None:
         processes = self.query_one("#processes", KeyedTable)
         processes.set_columns(_PROCESS_COLUMNS)
-        processes.cursor_type = "none"
         super().on_mount()
         if self._initial_gpu is not None:
             gpus = self.query_one("#gpus", KeyedTable)
@@ -196,7 +205,7 @@ class HostScreen(ConsoleScreen):
             )
             rows.append(
                 (
-                    f"{p.gpu}/{p.pid}",
+                    _process_key(p),
                     (
                         Text(str(p.gpu)),
                         Text(str(p.pid)),
@@ -261,6 +270,35 @@ class HostScreen(ConsoleScreen):
         from gpuconsole.screens.topology import TopologyScreen
 
         self.app.push_screen(TopologyScreen(self.host))
+
+    def _selected_process(self) -> GpuProcess | None:
+        table = self.query_one("#processes", KeyedTable)
+        snapshot = self.store.latest(self.host)
+        if not table.has_focus or table.cursor_key is None or snapshot is None:
+            return None
+        return next((p for p in snapshot.processes if _process_key(p) == table.cursor_key), None)
+
+    def action_signal_process(self, signal_name: str) -> None:
+        """Confirm, then TERM (k) or KILL (K) the process under the process list's cursor."""
+        process = self._selected_process()
+        if process is None:
+            self.notify("select a process first: Tab to the process list", severity="warning")
+            return
+        if self.host not in self.console.local_hosts:
+            self.notify(
+                f"{self.host}: its processes are not on this machine; nothing sent",
+                severity="warning",
+            )
+            return
+        sig = signal.Signals[signal_name]
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                result = signal_process(process, sig, self.host)
+                self.notify(result.message, severity="information" if result.sent else "error")
+
+        question = f"Send {sig.name} to this process on {self.host}?"
+        self.app.push_screen(ConfirmScreen(question, describe(process)), answered)
 
     def action_other_host(self, step: int) -> None:
         hosts = self.store.hosts
