@@ -32,6 +32,8 @@ def collect(source: Source, hosts: Iterable[str] | None = None) -> list[Reading]
             readings.append(Reading(host, snapshot=source.read(host)))
         except SourceError as error:
             readings.append(Reading(host, error=str(error)))
+        except Exception as error:  # a source's bug must not blind the console to other hosts
+            readings.append(Reading(host, error=f"{host}: {type(error).__name__}: {error}"))
     return readings
 
 

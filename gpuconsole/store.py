@@ -53,14 +53,15 @@ class FleetStore:
         return tuple(self._records)
 
     def record(self, snapshot: HostSnapshot) -> bool:
-        """Take a new reading; False when it is no newer than the latest and nothing changed."""
+        """Take a new reading; False (and nothing changes) when it is no newer than the latest.
+
+        A repeated or out-of-order reading is no evidence that the host is live again.
+        """
         rec = self._records[snapshot.host]
-        rec.misses = 0
-        newer = not rec.history or snapshot.time > rec.history[-1].time
-        if not newer and rec.status.state is HostState.LIVE:
+        if rec.history and snapshot.time <= rec.history[-1].time:
             return False
-        if newer:
-            rec.history.append(snapshot)
+        rec.misses = 0
+        rec.history.append(snapshot)
         rec.status = HostStatus(HostState.LIVE, None, snapshot.time)
         self._evaluate(snapshot.host, rec)
         return True

@@ -83,13 +83,14 @@ def bar(fraction: float, width: int) -> str:
 def percent(value: float | None, palette: Palette) -> Text:
     if value is None:
         return na()
-    return Text(f"{value:3.0f}%", style=palette.utilization(value))
+    return Text(f"{value:3.0f}%", style=palette.utilization(round(value)))
 
 
 def utilization_bar(value: float | None, palette: Palette, width: int = 8) -> Text:
     if value is None:
         return na()
-    return Text(f"{bar(value / 100, width)} {value:3.0f}%", style=palette.utilization(value))
+    style = palette.utilization(round(value))
+    return Text(f"{bar(value / 100, width)} {value:3.0f}%", style=style)
 
 
 def gib(mib: float) -> str:
@@ -119,7 +120,7 @@ def memory_percent(used: float | None, total: float | None, palette: Palette) ->
 def temperature(celsius: float | None, palette: Palette) -> Text:
     if celsius is None:
         return na()
-    return Text(f"{celsius:.0f}°C", style=palette.temperature(celsius))
+    return Text(f"{celsius:.0f}°C", style=palette.temperature(round(celsius)))
 
 
 def power(watts: float | None, limit: float | None) -> Text:
@@ -164,7 +165,14 @@ def pcie(link: PcieLink | None, palette: Palette, compact: bool = False) -> Text
     if not (link.degraded_width or link.degraded_gen):
         return Text(now)
     style = palette["severity-warning"] if link.degraded_width else "dim"
-    return Text(now if compact else f"{now}/{link.max_gen}×{link.max_width}", style=style)
+    if compact:
+        return Text(now, style=style)
+    best = f"{_or_unknown(link.max_gen)}×{_or_unknown(link.max_width)}"
+    return Text(f"{now}/{best}", style=style)
+
+
+def _or_unknown(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 # Most telling first: the compact cell shows the first active one and a count of the rest.

@@ -1,0 +1,59 @@
+"""Core modules never import Textual: headless commands and scripts stay light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CORE_MODULES = (
+    "gpuconsole.model",
+    "gpuconsole.clock",
+    "gpuconsole.store",
+    "gpuconsole.poller",
+    "gpuconsole.summary",
+    "gpuconsole.fleet_view",
+    "gpuconsole.health",
+    "gpuconsole.xid",
+    "gpuconsole.telemetry",
+    "gpuconsole.telemetry.sim",
+)
+
+PROBE = """
+import importlib, sys
+importlib.import_module(sys.argv[1])
+print(sys.argv[1] in sys.modules)
+print(sorted(m for m in sys.modules if m == "textual" or m.startswith("textual.")))
+"""
+
+
+@pytest.mark.parametrize("module", CORE_MODULES)
+def test_core_module_does_not_import_textual(module: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, module],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    imported, textual = result.stdout.splitlines()
+    assert imported == "True"
+    assert textual == "[]", f"{module} pulls in {textual}"
+
+
+def test_probe_detects_textual() -> None:
+    """The probe itself can fail: the app module does import Textual."""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, "gpuconsole.app"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "'textual'" in result.stdout.splitlines()[1]

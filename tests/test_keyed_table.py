@@ -1,0 +1,166 @@
+"""KeyedTable repaints only the cells that changed and keeps the cursor on its key."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+
+from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, same_cell
+
+COLUMNS = (ColumnSpec("host", "Host", 10), ColumnSpec("util", "Util", 6))
+
+
+class RecordingTable(KeyedTable):
+    """Records every cell update `sync` asks for."""
+
+    def __init__(self) -> None:
+        super().__init__(id="table")
+        self.updates: list[tuple[object, object]] = []
+
+    def update_cell(self, row_key, column_key, value, *, update_width=False):  # type: ignore[override]
+        self.updates.append((row_key, column_key))
+        return super().update_cell(row_key, column_key, value, update_width=update_width)
+
+
+class TableApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield RecordingTable()
+
+
+def rows(utils: dict[str, float], style: str = "green") -> list[tuple[str, Cells]]:
+    """Fresh cell objects every call, as a screen builds them each tick."""
+    return [(key, (Text(key), Text(f"{u:.0f}%", style=style))) for key, u in utils.items()]
+
+
+def row_keys(table: KeyedTable) -> list[str]:
+    return [table.coordinate_to_cell_key((r, 0)).row_key.value for r in range(table.row_count)]
+
+
+def plain(table: KeyedTable, row: str, column: str) -> str:
+    cell = table.get_cell(row, column)
+    return getattr(cell, "plain", str(cell))
+
+
+BASE = {"a": 10.0, "b": 20.0, "c": 30.0}
+
+
+async def test_sync_of_identical_rows_updates_nothing() -> None:
+    app = TableApp()
+    async with app.run_test() as pilot:
+        table = app.query_one(RecordingTable)
+        table.set_columns(COLUMNS)
+        table.sync(rows(BASE))
+        await pilot.pause()
+        assert row_keys(table) == ["a", "b", "c"]
+        assert table.updates == []
+        table.sync(rows(BASE))
+        table.sync(rows(BASE))
+        assert table.updates == []
+
+
+async def test_changing_one_cell_updates_exactly_that_cell() -> None:
+    app = TableApp()
+    async with app.run_test() as pilot:
+        table = app.query_one(RecordingTable)
+        table.set_columns(COLUMNS)
+        table.sync(rows(BASE))
+        table.sync(rows({**BASE, "b": 99.0}))
+        await pilot.pause()
+        assert table.updates == [("b", "util")]
+        assert plain(table, "b", "util") == "99%"
+        assert plain(table, "a", "util") == "10%"
+        table.sync(rows({**BASE, "b": 99.0}))  # the shown state was remembered
+        assert table.updates == [("b", "util")]
+
+
+async def test_style_only_change_updates_the_cell() -> None:
+    app = TableApp()
+    async with app.run_test() as pilot:
+        table = app.query_one(RecordingTable)
+        table.set_columns(COLUMNS)
+        table.sync(rows(BASE, style="green"))
+        recoloured = rows(BASE, style="green")
+        recoloured[2] = ("c", (Text("c"), Text("30%", style="red")))
+        table.sync(recoloured)
+        await pilot.pause()
+        assert table.updates == [("c", "util")]
+        cell = table.get_cell("c", "util")
+        assert isinstance(cell, Text)
+        assert cell.style == "red"
+
+
+def test_same_cell_compares_style_and_spans() -> None:
+    assert same_cell(Text("x", style="red"), Text("x", style="red"))
+    assert not same_cell(Text("x", style="red"), Text("x", style="green"))
+    assert Text("x", style="red") == Text("x", style="green")  # why same_cell exists
+    spanned = Text("xy")
+    spanned.stylize("bold", 0, 1)
+    assert not same_cell(spanned, Text("xy"))
+    assert not same_cell(Text("x"), Text("y"))
+    assert same_cell("x", "x")
+    assert not same_cell("x", "y")
+
+
+async def test_reordering_rebuilds_and_keeps_cursor_on_its_key() -> None:
+    app = TableApp()
+    async with app.run_test() as pilot:
+        table = app.query_one(RecordingTable)
+        table.set_columns(COLUMNS)
+        table.sync(rows(BASE))
+        await pilot.pause()
+        table.move_cursor(row=1, animate=False)
+        await pilot.pause()
+        assert table.cursor_key == "b"
+        table.sync(rows({"c": 30.0, "a": 10.0, "b": 21.0}))
+        await pilot.pause()
+        assert row_keys(table) == ["c", "a", "b"]
+        assert table.cursor_key == "b"
+        assert table.cursor_coordinate.row == 2
+        assert plain(table, "b", "util") == "21%"
+        assert table.updates == []  # a rebuild adds rows, it does not patch cells
+
+
+async def test_removed_cursor_key_leaves_a_valid_cursor() -> None:
+    app = TableApp()
+    async with app.run_test() as pilot:
+        table = app.query_one(RecordingTable)
+        table.set_columns(COLUMNS)
+        table.sync(rows(BASE))
+        table.move_cursor(row=2, animate=False)
+        await pilot.pause()
+        table.sync(rows({"a": 1.0, "b": 2.0}))
+        await pilot.pause()
+        assert row_keys(table) == ["a", "b"]
+        assert table.cursor_key in {"a", "b"}
+
+
+async def test_set_columns_with_equal_specs_does_nothing() -> None:
+    app = TableApp()
+    async with app.run_test() as pilot:
+        table = app.query_one(RecordingTable)
+        table.set_columns(COLUMNS)
+        table.sync(rows(BASE))
+        table.move_cursor(row=2, animate=False)
+        await pilot.pause()
+        table.set_columns([ColumnSpec("host", "Host", 10), ColumnSpec("util", "Util", 6)])
+        await pilot.pause()
+        assert table.row_count == 3
+        assert len(table.columns) == 2
+        assert table.cursor_key == "c"
+        table.sync(rows(BASE))
+        assert table.updates == []
+
+
+async def test_set_columns_with_new_specs_replaces_columns_and_rows() -> None:
+    app = TableApp()
+    async with app.run_test() as pilot:
+        table = app.query_one(RecordingTable)
+        table.set_columns(COLUMNS)
+        table.sync(rows(BASE))
+        table.set_columns((*COLUMNS, ColumnSpec("temp", "Temp", 5)))
+        await pilot.pause()
+        assert table.row_count == 0
+        assert [c.value for c in table.columns] == ["host", "util", "temp"]
+        table.sync([("a", (Text("a"), Text("1%"), Text("40°C")))])
+        assert row_keys(table) == ["a"]
+        assert plain(table, "a", "temp") == "40°C"
