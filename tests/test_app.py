@@ -182,3 +182,26 @@ async def test_command_palette_offers_hosts(make_app) -> None:
         names = [name for name, _, _ in provider._commands()]
         assert "Fleet" in names
         assert all(f"Host {h}" in names and f"Topology of {h}" in names for h in app.store.hosts)
+
+
+async def test_mig_instances_show_under_their_gpu_with_utilization_na() -> None:
+    from static_source import StaticSource
+
+    from gpuconsole.app import GpuConsoleApp
+    from gpuconsole.model import GpuState, HostSnapshot, MigInstance
+
+    migs = (
+        MigInstance(1, 0, "3g.71gb", 72_000.0, 30_000.0),
+        MigInstance(2, 0, "3g.71gb", 72_000.0, 0.0),
+    )
+    gpu = GpuState(index=0, name="NVIDIA H200", mig_mode=True, mig_instances=migs)
+    app = GpuConsoleApp(StaticSource(HostSnapshot("mig-host", 1000.0, (gpu,))), auto_poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.push_screen(HostScreen("mig-host"))
+        await pilot.pause()
+        assert row_keys(app.screen, "gpus") == ["0", "0/mig1", "0/mig2"]
+        assert cell_text(app.screen, "gpus", "0/mig1", "util") == "N/A"
+        assert cell_text(app.screen, "gpus", "0/mig1", "throttle") == "MIG 3g.71gb"
+        assert "29/70G" in cell_text(app.screen, "gpus", "0/mig1", "memory")
+        await pilot.press("down")
+        assert app.screen.selected_gpu == 0

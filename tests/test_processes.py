@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from static_source import StaticSource
 
 from gpuconsole.actions.processes import describe, signal_process
 from gpuconsole.app import GpuConsoleApp
@@ -67,26 +68,10 @@ def test_describe_names_pid_user_gpu_memory_and_command() -> None:
     assert text == "pid 42 (alice) on GPU 0 holding 2.0 GiB: python train.py"
 
 
-class OneHostSource:
-    """A host whose one GPU process is a real process of this machine."""
-
-    def __init__(self, process: GpuProcess) -> None:
-        self.process = process
-
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        return ("here",)
-
-    def read(self, host: str) -> HostSnapshot:
-        gpu = GpuState(index=0, name="NVIDIA H200", utilization_pct=50.0)
-        return HostSnapshot("here", 1000.0, (gpu,), processes=(self.process,), source="test")
-
-    def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
-        return []
-
-
 async def test_confirmed_terminate_from_the_host_screen(sleeper, audit_log) -> None:
-    source = OneHostSource(gpu_process(sleeper.pid, " ".join(SLEEPER)))
+    gpu = GpuState(index=0, name="NVIDIA H200", utilization_pct=50.0)
+    process = gpu_process(sleeper.pid, " ".join(SLEEPER))
+    source = StaticSource(HostSnapshot("here", 1000.0, (gpu,), processes=(process,)))
     app = GpuConsoleApp(source, auto_poll=False, local_hosts=frozenset({"here"}))
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(HostScreen("here"))

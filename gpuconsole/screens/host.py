@@ -14,7 +14,7 @@ from textual.events import Resize
 from textual.widgets import DataTable, Footer, Static
 
 from gpuconsole.actions.processes import describe, signal_process
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot
+from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, MigInstance
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.confirm import ConfirmScreen
 from gpuconsole.summary import short_model
@@ -116,8 +116,9 @@ class HostScreen(ConsoleScreen):
 
     @property
     def selected_gpu(self) -> int | None:
+        """The GPU under the cursor (a MIG instance's row counts as its GPU)."""
         key = self.query_one("#gpus", KeyedTable).cursor_key
-        return int(key) if key is not None else None
+        return int(key.partition("/")[0]) if key is not None else None
 
     def refresh_view(self, changed: set[str] | None) -> None:
         super().refresh_view(changed)
@@ -153,7 +154,32 @@ class HostScreen(ConsoleScreen):
         snapshot = self.store.latest(self.host)
         if snapshot is None:
             return []
-        return [(str(g.index), self._gpu_cells(g)) for g in snapshot.gpus]
+        rows = []
+        for gpu in snapshot.gpus:
+            rows.append((str(gpu.index), self._gpu_cells(gpu)))
+            rows.extend(
+                (f"{gpu.index}/mig{mig.gpu_instance_id}", self._mig_cells(mig))
+                for mig in gpu.mig_instances
+            )
+        return rows
+
+    def _mig_cells(self, mig: MigInstance) -> Cells:
+        """A MIG instance: its profile and memory. NVML gives no utilization per instance, so
+        utilization reads N/A rather than a 0 that would look idle."""
+        columns = _GPU_WIDE if self._wide else _GPU_NARROW
+        if self._wide:
+            memory = cells.memory_bar(
+                mig.memory_used_mib, mig.memory_total_mib, self.palette, width=7
+            )
+        else:
+            memory = cells.memory_percent(mig.memory_used_mib, mig.memory_total_mib, self.palette)
+        shown = {
+            "gpu": Text(f"└{mig.gpu_instance_id}", style="dim"),
+            "util": cells.na(),
+            "memory": memory,
+            "throttle": Text(f"MIG {mig.profile or '?'}", style="dim"),
+        }
+        return tuple(shown.get(spec.key, Text("")) for spec in columns)
 
     def _gpu_cells(self, gpu: GpuState) -> Cells:
         palette = self.palette
