@@ -1,0 +1,496 @@
+"""nvidia-smi's ``-q -x`` XML and ``-q`` text dumps read into a `HostSnapshot`: both are read
+into one tree of entries, then each GPU's section through its format's paths."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from gpuconsole.model import (
+    THROTTLE_REASONS,
+    EccCounts,
+    GpuProcess,
+    GpuState,
+    HostSnapshot,
+    PcieLink,
+    RowRemap,
+)
+from gpuconsole.telemetry.smi.values import (
+    SmiParseError,
+    _flag,
+    _folded,
+    _integer,
+    _kebab,
+    _missing,
+    _number,
+    _process,
+    _text,
+)
+
+T = TypeVar("T")
+
+
+# --- the tree that -q text and -q -x XML both read into -----------------------------------------
+
+
+def _norm(key: str) -> str:
+    """A label or tag as a lookup key: "GPU T.Limit Temp" -> ``gpu_t_limit_temp``."""
+    return re.sub(r"[^a-z0-9]+", "_", key.casefold()).strip("_")
+
+
+@dataclass
+class _Node:
+    """One entry of a dump: a key, its value (``""`` for a section) and what it contains."""
+
+    key: str
+    value: str
+    label: str = ""
+    children: list[_Node] = field(default_factory=list)
+
+    def find(self, path: str) -> _Node | None:
+        """The entry at ``path`` ("Clocks/SM" or "clocks/sm_clock"): the first match each step."""
+        node: _Node | None = self
+        for part in path.split("/"):
+            key = _norm(part)
+            node = next((child for child in node.children if child.key == key), None)
+            if node is None:
+                return None
+        return node
+
+    def raw(self, path: str) -> str | None:
+        node = self.find(path)
+        return None if node is None else node.value
+
+    def descendants(self) -> Iterator[_Node]:
+        for child in self.children:
+            yield child
+            yield from child.descendants()
+
+
+def _from_element(element: ET.Element) -> _Node:
+    return _Node(
+        key=_norm(element.tag),
+        value=(element.text or "").strip(),
+        label=element.tag,
+        children=[_from_element(child) for child in element],
+    )
+
+
+_BANNER = "NVSMI LOG"
+_KEY_VALUE = re.compile(r"(?P<key>[^:]*?\S)\s*:(?:\s+(?P<value>.*?))?\s*")
+
+
+def _text_tree(text: str) -> _Node:
+    """``-q`` text as a tree, nested by indentation; sections are lines without ``key : value``."""
+    if _BANNER not in text[:1000]:
+        raise SmiParseError(f"not nvidia-smi -q text: no {_BANNER!r} banner at the top")
+    root = _Node("", "")
+    stack: list[tuple[int, _Node]] = [(-1, root)]
+    for line in text.splitlines():
+        content = line.strip()
+        if not content or _BANNER in content:
+            continue
+        match = _KEY_VALUE.fullmatch(content)
+        key, value = (match["key"], match["value"] or "") if match else (content, "")
+        indent = len(line) - len(line.lstrip(" "))
+        while stack[-1][0] >= indent:
+            stack.pop()
+        node = _Node(_norm(key), value, label=key)
+        stack[-1][1].children.append(node)
+        stack.append((indent, node))
+    return root
+
+
+# --- one GPU's section, read through a format's paths -------------------------------------------
+
+# Where each reading sits, per format; the first path that holds a value wins.
+_XML_PATHS: dict[str, tuple[str, ...]] = {
+    "name": ("product_name",),
+    "uuid": ("uuid",),
+    "pci_bus_id": ("pci/pci_bus_id",),
+    "utilization_pct": ("utilization/gpu_util",),
+    "memory_utilization_pct": ("utilization/memory_util",),
+    "memory_used_mib": ("fb_memory_usage/used",),
+    "memory_total_mib": ("fb_memory_usage/total",),
+    "temperature_c": ("temperature/gpu_temp",),
+    "slowdown_c": ("temperature/gpu_temp_slow_threshold",),
+    "tlimit_margin_c": ("temperature/gpu_temp_tlimit",),
+    "slowdown_margin_c": ("temperature/gpu_temp_slow_tlimit_threshold",),
+    "power_w": (
+        "gpu_power_readings/average_power_draw",
+        "gpu_power_readings/power_draw",
+        "power_readings/power_draw",
+        "gpu_power_readings/instant_power_draw",
+    ),
+    "power_limit_w": (
+        "gpu_power_readings/current_power_limit",
+        "power_readings/enforced_power_limit",
+        "power_readings/power_limit",
+    ),
+    "sm_clock_mhz": ("clocks/sm_clock",),
+    "sm_clock_max_mhz": ("max_clocks/sm_clock",),
+    "memory_clock_mhz": ("clocks/mem_clock",),
+    "memory_clock_max_mhz": ("max_clocks/mem_clock",),
+    "pstate": ("performance_state",),
+    "fan_pct": ("fan_speed",),
+    "throttle": ("clocks_event_reasons", "clocks_throttle_reasons"),
+    "ecc_mode": ("ecc_mode/current_ecc",),
+    "ecc_volatile": ("ecc_errors/volatile",),
+    "ecc_aggregate": ("ecc_errors/aggregate",),
+    "remap_correctable": ("remapped_rows/remapped_row_corr",),
+    "remap_uncorrectable": ("remapped_rows/remapped_row_unc",),
+    "remap_pending": ("remapped_rows/remapped_row_pending",),
+    "remap_failure": ("remapped_rows/remapped_row_failure",),
+    "recovery_action": ("gpu_recovery_action",),
+    "pcie_gen": ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",),
+    "pcie_max_gen": ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
+    "pcie_width": ("pci/pci_gpu_link_info/link_widths/current_link_width",),
+    "pcie_max_width": ("pci/pci_gpu_link_info/link_widths/max_link_width",),
+    "persistence_mode": ("persistence_mode",),
+    "compute_mode": ("compute_mode",),
+    "mig_mode": ("mig_mode/current_mig",),
+}
+_TEXT_PATHS: dict[str, tuple[str, ...]] = {
+    "name": ("Product Name",),
+    "uuid": ("GPU UUID",),
+    "pci_bus_id": ("PCI/Bus Id",),
+    "utilization_pct": ("Utilization/GPU",),
+    "memory_utilization_pct": ("Utilization/Memory",),
+    "memory_used_mib": ("FB Memory Usage/Used",),
+    "memory_total_mib": ("FB Memory Usage/Total",),
+    "temperature_c": ("Temperature/GPU Current Temp",),
+    "slowdown_c": ("Temperature/GPU Slowdown Temp",),
+    "tlimit_margin_c": ("Temperature/GPU T.Limit Temp",),
+    "slowdown_margin_c": ("Temperature/GPU Slowdown T.Limit Temp",),
+    "power_w": (
+        "GPU Power Readings/Average Power Draw",
+        "GPU Power Readings/Power Draw",
+        "Power Readings/Power Draw",
+        "GPU Power Readings/Instantaneous Power Draw",
+    ),
+    "power_limit_w": (
+        "GPU Power Readings/Current Power Limit",
+        "Power Readings/Enforced Power Limit",
+        "Power Readings/Power Limit",
+    ),
+    "sm_clock_mhz": ("Clocks/SM",),
+    "sm_clock_max_mhz": ("Max Clocks/SM",),
+    "memory_clock_mhz": ("Clocks/Memory",),
+    "memory_clock_max_mhz": ("Max Clocks/Memory",),
+    "pstate": ("Performance State",),
+    "fan_pct": ("Fan Speed",),
+    "throttle": ("Clocks Event Reasons", "Clocks Throttle Reasons"),
+    "ecc_mode": ("ECC Mode/Current",),
+    "ecc_volatile": ("ECC Errors/Volatile",),
+    "ecc_aggregate": ("ECC Errors/Aggregate",),
+    "remap_correctable": ("Remapped Rows/Correctable Error",),
+    "remap_uncorrectable": ("Remapped Rows/Uncorrectable Error",),
+    "remap_pending": ("Remapped Rows/Pending",),
+    "remap_failure": ("Remapped Rows/Remapping Failure Occurred",),
+    "recovery_action": ("GPU Recovery Action",),
+    "pcie_gen": ("PCI/GPU Link Info/PCIe Generation/Current",),
+    "pcie_max_gen": ("PCI/GPU Link Info/PCIe Generation/Max",),
+    "pcie_width": ("PCI/GPU Link Info/Link Width/Current",),
+    "pcie_max_width": ("PCI/GPU Link Info/Link Width/Max",),
+    "persistence_mode": ("Persistence Mode",),
+    "compute_mode": ("Compute Mode",),
+    "mig_mode": ("MIG Mode/Current",),
+}
+_NUMBER_FIELDS = (
+    "utilization_pct",
+    "memory_utilization_pct",
+    "memory_used_mib",
+    "memory_total_mib",
+    "temperature_c",
+    "power_w",
+    "power_limit_w",
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "memory_clock_mhz",
+    "memory_clock_max_mhz",
+    "fan_pct",
+)
+
+
+# NVML's error strings that nvidia-smi prints in place of the readings of a GPU that is gone.
+_LOST_MARKS = frozenset({"gpu is lost", "unknown error"})
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    """One GPU's section of a dump, read through its format's paths."""
+
+    node: _Node
+    paths: Mapping[str, tuple[str, ...]]
+    index: int
+    bus_id: str | None
+    """The bus id that heads the section (the XML ``id``, the text's ``GPU <bus id>`` line)."""
+
+    def section(self, key: str) -> _Node | None:
+        return next(filter(None, map(self.node.find, self.paths[key])), None)
+
+    def value(self, key: str) -> str | None:
+        values = (self.node.raw(path) for path in self.paths[key])
+        return next((v for v in values if not _missing(v)), None)
+
+    def parse(self, text: str | None, parser: Callable[[str | None], T], where: str) -> T:
+        try:
+            return parser(text)
+        except ValueError as error:
+            raise SmiParseError(f"GPU {self.index} {where}: {error}") from None
+
+    def read(self, key: str, parser: Callable[[str | None], T]) -> T:
+        return self.parse(self.value(key), parser, self.paths[key][0])
+
+    @property
+    def lost(self) -> bool:
+        """Its utilization and memory both read as NVML's "GPU is lost" (or "Unknown Error")."""
+        marks = (
+            self.node.raw(self.paths[key][0]) for key in ("utilization_pct", "memory_total_mib")
+        )
+        return all(mark is not None and _folded(mark) in _LOST_MARKS for mark in marks)
+
+
+def _gpu_state(gpu: _Gpu) -> GpuState:
+    identity = {
+        "name": gpu.read("name", _text),
+        "uuid": gpu.read("uuid", _text),
+        "pci_bus_id": gpu.read("pci_bus_id", _text) or _text(gpu.bus_id),
+    }
+    if gpu.lost:
+        return GpuState(gpu.index, **identity, lost=True)
+    numbers = {key: gpu.read(key, _number) for key in _NUMBER_FIELDS}
+    return GpuState(
+        gpu.index,
+        **identity,
+        **numbers,
+        slowdown_temperature_c=_slowdown(gpu),
+        pstate=gpu.read("pstate", _text),
+        throttle_reasons=_throttle(gpu),
+        ecc=_ecc(gpu),
+        remap=_remap(gpu),
+        recovery_action=gpu.read("recovery_action", _kebab),
+        pcie=_pcie(gpu),
+        persistence_mode=gpu.read("persistence_mode", _flag),
+        compute_mode=gpu.read("compute_mode", _text),
+        mig_mode=gpu.read("mig_mode", _flag),
+    )
+
+
+def _slowdown(gpu: _Gpu) -> float | None:
+    """The temperature at which the GPU starts to slow down.
+
+    Older drivers print it; newer ones (the H200's 580) print margins to T.Limit instead: the
+    current margin and the margin at which slowdown starts. Slowdown is then reached when the
+    margin falls to that threshold, which is when the temperature reaches the value returned.
+    """
+    absolute = gpu.read("slowdown_c", _number)
+    if absolute is not None:
+        return absolute
+    temp = gpu.read("temperature_c", _number)
+    margin = gpu.read("tlimit_margin_c", _number)
+    threshold = gpu.read("slowdown_margin_c", _number)
+    if temp is None or margin is None or threshold is None:
+        return None
+    return temp + margin - threshold
+
+
+_REASON_KEYS = {
+    "gpu_idle": "gpu-idle",
+    "idle": "gpu-idle",
+    "applications_clocks_setting": "applications-clocks",
+    "sw_power_cap": "sw-power-cap",
+    "hw_slowdown": "hw-slowdown",
+    "sync_boost": "sync-boost",
+    "sw_thermal_slowdown": "sw-thermal",
+    "hw_thermal_slowdown": "hw-thermal",
+    "hw_power_brake_slowdown": "hw-power-brake",
+    "display_clocks_setting": "display-clocks",
+    "display_clock_setting": "display-clocks",
+}
+_REASON_PREFIX = re.compile(r"^clocks_(?:event|throttle)_reason_")
+
+
+def _throttle(gpu: _Gpu) -> tuple[str, ...] | None:
+    """The active clock-event reasons in NVML's bit order; None when none is reported.
+
+    The text nests "HW Thermal Slowdown" under "HW Slowdown", hence every descendant.
+    """
+    section = gpu.section("throttle")
+    states: dict[str, bool | None] = {}
+    for node in section.descendants() if section else ():
+        code = _REASON_KEYS.get(_REASON_PREFIX.sub("", node.key))
+        if code is not None:
+            states[code] = gpu.parse(node.value, _flag, node.label)
+    if all(state is None for state in states.values()):
+        return None
+    return tuple(code for code in THROTTLE_REASONS if states.get(code))
+
+
+def _ecc(gpu: _Gpu) -> EccCounts | None:
+    if gpu.read("ecc_mode", _flag) is False:
+        return None
+    counts = EccCounts(
+        *(
+            _ecc_total(gpu, key, uncorrectable)
+            for key in ("ecc_volatile", "ecc_aggregate")
+            for uncorrectable in (False, True)
+        )
+    )
+    return None if counts == EccCounts() else counts
+
+
+def _ecc_total(gpu: _Gpu, key: str, uncorrectable: bool) -> int | None:
+    """The sum of the SRAM and DRAM parts (or the older single/double bit total) as given."""
+    section = gpu.section(key)
+    if section is None:
+        return None
+    legacy = section.find("double_bit/total" if uncorrectable else "single_bit/total")
+    parts = (
+        [legacy] if legacy else [n for n in section.children if _ecc_kind(n.key) is uncorrectable]
+    )
+    counts = [gpu.parse(part.value, _integer, part.label) for part in parts]
+    known = [count for count in counts if count is not None]
+    return sum(known) if known else None
+
+
+def _ecc_kind(key: str) -> bool | None:
+    """True for an uncorrectable count, False for a correctable one, None for anything else."""
+    if "uncorrectable" in key:
+        return True
+    return False if key.endswith("correctable") else None
+
+
+def _remap(gpu: _Gpu) -> RowRemap | None:
+    remap = RowRemap(
+        correctable=gpu.read("remap_correctable", _integer),
+        uncorrectable=gpu.read("remap_uncorrectable", _integer),
+        pending=gpu.read("remap_pending", _flag),
+        failure=gpu.read("remap_failure", _flag),
+    )
+    return None if remap == RowRemap() else remap
+
+
+def _pcie(gpu: _Gpu) -> PcieLink | None:
+    link = PcieLink(
+        gen=gpu.read("pcie_gen", _integer),
+        width=gpu.read("pcie_width", _integer),
+        max_gen=gpu.read("pcie_max_gen", _integer),
+        max_width=gpu.read("pcie_max_width", _integer),
+    )
+    return None if link == PcieLink(None, None, None, None) else link
+
+
+def _xml_processes(node: _Node, gpu: int) -> list[GpuProcess]:
+    section = node.find("processes")
+    return [
+        _process(
+            gpu,
+            info.raw("pid"),
+            info.raw("type"),
+            info.raw("process_name"),
+            info.raw("used_memory"),
+            info.raw("gpu_instance_id"),
+        )
+        for info in (section.children if section else ())
+        if info.key == "process_info"
+    ]
+
+
+def _text_processes(node: _Node, gpu: int) -> list[GpuProcess]:
+    """-q text lists each process as "GPU instance ID", "Compute instance ID", then "Process ID"
+    holding its type, name and memory, all at one level."""
+    section = node.find("Processes")
+    processes, instance = [], None
+    for entry in section.children if section else ():
+        if entry.key == "gpu_instance_id":
+            instance = entry.value
+        elif entry.key == "process_id":
+            fields = (entry.raw("Type"), entry.raw("Name"), entry.raw("Used GPU Memory"))
+            processes.append(_process(gpu, entry.value, *fields, instance))
+    return processes
+
+
+def _snapshot(
+    sections: Iterable[tuple[_Node, str | None]],
+    paths: Mapping[str, tuple[str, ...]],
+    processes_of: Callable[[_Node, int], list[GpuProcess]],
+    versions: tuple[str | None, str | None],
+    host: str,
+    time: float,
+) -> HostSnapshot:
+    """GPUs are numbered in the order the dump lists them, as nvidia-smi numbers them."""
+    gpus, processes = [], []
+    for index, (node, bus_id) in enumerate(sections):
+        gpu = _gpu_state(_Gpu(node, paths, index, bus_id))
+        gpus.append(gpu)
+        if not gpu.lost:
+            processes += processes_of(node, index)
+    return HostSnapshot(
+        host=host,
+        time=time,
+        gpus=tuple(gpus),
+        processes=tuple(processes),
+        driver_version=_text(versions[0]),
+        cuda_version=_text(versions[1]),
+        source="nvidia-smi",
+    )
+
+
+# --- -q -x XML, -q text, either ------------------------------------------------------------------
+
+_INTERNAL_SUBSET = re.compile(r"<!DOCTYPE[^>\[]*\[")
+
+
+def parse_xml(text: str, host: str, time: float) -> HostSnapshot:
+    """An ``nvidia-smi -q -x`` dump as a snapshot of ``host`` at ``time``.
+
+    nvidia-smi names an external DTD (``nvsmi_device_v13.dtd``), which is not fetched. A DOCTYPE
+    with an internal subset or any ENTITY declaration is refused: nvidia-smi writes neither, and
+    entities can expand without bound.
+    """
+    if "<!ENTITY" in text or _INTERNAL_SUBSET.search(text):
+        raise SmiParseError(
+            "refusing XML with ENTITY declarations or an internal DTD subset "
+            "(nvidia-smi writes neither)"
+        )
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as error:
+        raise SmiParseError(f"not well-formed XML ({error})") from None
+    if root.tag != "nvidia_smi_log":
+        raise SmiParseError(f"not an nvidia-smi -q -x dump: its root is <{root.tag}>")
+    sections = [(_from_element(gpu), gpu.get("id")) for gpu in root.iterfind("gpu")]
+    versions = (root.findtext("driver_version"), root.findtext("cuda_version"))
+    return _snapshot(sections, _XML_PATHS, _xml_processes, versions, host, time)
+
+
+_GPU_SECTION = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
+
+
+def parse_q_text(text: str, host: str, time: float) -> HostSnapshot:
+    """A plain ``nvidia-smi -q`` dump (also ``-q -d ...``: the fields it holds) as a snapshot."""
+    root = _text_tree(text)
+    sections = [
+        (node, match[1]) for node in root.children if (match := _GPU_SECTION.fullmatch(node.label))
+    ]
+    versions = (root.raw("Driver Version"), root.raw("CUDA Version"))
+    return _snapshot(sections, _TEXT_PATHS, _text_processes, versions, host, time)
+
+
+def parse_dump(text: str, host: str, time: float) -> HostSnapshot:
+    """A saved dump, ``-q -x`` XML or ``-q`` text, told apart by how it starts."""
+    head = text.lstrip("\ufeff \t\r\n")
+    first_line = head.partition("\n")[0].strip()
+    if head.startswith("<"):
+        return parse_xml(head, host, time)
+    if _BANNER in first_line:
+        return parse_q_text(head, host, time)
+    if not first_line:
+        raise SmiParseError("the dump is empty")
+    raise SmiParseError(
+        f"neither nvidia-smi -q -x XML nor -q text: it starts with {first_line[:60]!r}"
+    )

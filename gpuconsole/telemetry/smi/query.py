@@ -1,0 +1,155 @@
+"""nvidia-smi's ``--query-gpu`` and ``--query-compute-apps`` CSV read into GPU states and
+processes, and the fields to ask for."""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from gpuconsole.model import EccCounts, GpuProcess, GpuState, PcieLink
+from gpuconsole.telemetry.smi.values import (
+    SmiParseError,
+    _flag,
+    _integer,
+    _number,
+    _process,
+    _reason_mask,
+    _text,
+)
+
+# --- CSV -----------------------------------------------------------------------------------------
+
+# --query-gpu field -> (GpuState field, or "ecc."/"pcie." + a field of EccCounts/PcieLink; parser)
+_GPU_CSV: dict[str, tuple[str, Callable[[str | None], object]]] = {
+    "index": ("index", _integer),
+    "name": ("name", _text),
+    "uuid": ("uuid", _text),
+    "pci.bus_id": ("pci_bus_id", _text),
+    "utilization.gpu": ("utilization_pct", _number),
+    "utilization.memory": ("memory_utilization_pct", _number),
+    "memory.used": ("memory_used_mib", _number),
+    "memory.total": ("memory_total_mib", _number),
+    "temperature.gpu": ("temperature_c", _number),
+    "power.draw": ("power_w", _number),
+    "power.limit": ("power_limit_w", _number),
+    "clocks.current.sm": ("sm_clock_mhz", _number),
+    "clocks.max.sm": ("sm_clock_max_mhz", _number),
+    "clocks.current.memory": ("memory_clock_mhz", _number),
+    "clocks.max.memory": ("memory_clock_max_mhz", _number),
+    "pstate": ("pstate", _text),
+    "fan.speed": ("fan_pct", _number),
+    "clocks_event_reasons.active": ("throttle_reasons", _reason_mask),
+    "ecc.errors.corrected.volatile.total": ("ecc.volatile_corrected", _integer),
+    "ecc.errors.uncorrected.volatile.total": ("ecc.volatile_uncorrected", _integer),
+    "ecc.errors.corrected.aggregate.total": ("ecc.aggregate_corrected", _integer),
+    "ecc.errors.uncorrected.aggregate.total": ("ecc.aggregate_uncorrected", _integer),
+    "pcie.link.gen.current": ("pcie.gen", _integer),
+    "pcie.link.gen.max": ("pcie.max_gen", _integer),
+    "pcie.link.width.current": ("pcie.width", _integer),
+    "pcie.link.width.max": ("pcie.max_width", _integer),
+    "persistence_mode": ("persistence_mode", _flag),
+    "compute_mode": ("compute_mode", _text),
+    "mig.mode.current": ("mig_mode", _flag),
+}
+# Other names nvidia-smi accepts for the same fields (older drivers or short forms).
+_GPU_CSV_ALIASES = {
+    "clocks.sm": "clocks.current.sm",
+    "clocks.mem": "clocks.current.memory",
+    "clocks.max.mem": "clocks.max.memory",
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",
+    "enforced.power.limit": "power.limit",
+}
+QUERY_GPU_FIELDS: tuple[str, ...] = tuple(_GPU_CSV)
+"""The ``--query-gpu`` fields that cover what the model holds and nvidia-smi can give."""
+QUERY_COMPUTE_APPS_FIELDS: tuple[str, ...] = ("pid", "process_name", "gpu_uuid", "used_gpu_memory")
+
+_FIELD_NAME = re.compile(r"([a-z_][a-z0-9_.]*)(?:\s*\[[^\]]*\])?")
+
+
+def _csv_records(text: str, fields: Sequence[str] | None) -> list[dict[str, str]]:
+    """Rows as {field: raw value}; the header line, when there is one, names the fields."""
+    rows = [row for row in csv.reader(text.splitlines(), skipinitialspace=True) if row]
+    if not rows:
+        return []
+    header = [_FIELD_NAME.fullmatch(cell.strip()) for cell in rows[0]]
+    if all(header):
+        fields = [match[1] for match in header if match]
+        rows = rows[1:]
+    elif fields is None:
+        start = ", ".join(rows[0])[:60]
+        raise SmiParseError(
+            f"CSV without a header line (it starts with {start!r}): name its fields"
+        )
+    names = list(fields)
+    for number, row in enumerate(rows, 1):
+        if len(row) != len(names):
+            raise SmiParseError(f"CSV row {number} has {len(row)} values for {len(names)} fields")
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def parse_query_gpu_csv(text: str, fields: Sequence[str] | None = None) -> list[GpuState]:
+    """``--query-gpu=... --format=csv`` (units and header optional) as GPU states.
+
+    Without a header line (``noheader``) ``fields`` names the columns. Fields the model has no
+    place for are skipped; a GPU without an ``index`` column is numbered by its row.
+    """
+    return [_csv_gpu(record, row) for row, record in enumerate(_csv_records(text, fields))]
+
+
+def _csv_gpu(record: Mapping[str, str], row: int) -> GpuState:
+    values: dict[str, Any] = {"index": row}
+    for name, raw in record.items():
+        spec = _GPU_CSV.get(_GPU_CSV_ALIASES.get(name, name))
+        if spec is None:
+            continue
+        target, parser = spec
+        try:
+            values[target] = parser(raw)
+        except ValueError as error:
+            raise SmiParseError(f"GPU row {row} {name}: {error}") from None
+    ecc = EccCounts(**_take(values, "ecc."))
+    pcie = replace(PcieLink(None, None, None, None), **_take(values, "pcie."))
+    return GpuState(
+        **values,
+        ecc=None if ecc == EccCounts() else ecc,
+        pcie=None if pcie == PcieLink(None, None, None, None) else pcie,
+    )
+
+
+def _take(values: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Remove the entries under ``prefix`` from ``values``; return them without it."""
+    keys = [key for key in values if key.startswith(prefix)]
+    return {key.removeprefix(prefix): values.pop(key) for key in keys}
+
+
+def gpu_index_map(gpus: Iterable[GpuState]) -> dict[str, int]:
+    """Each GPU's UUID and PCI bus id -> its index, for `parse_compute_apps_csv`."""
+    keys: dict[str, int] = {}
+    for gpu in gpus:
+        keys.update({key: gpu.index for key in (gpu.uuid, gpu.pci_bus_id) if key})
+    return keys
+
+
+def parse_compute_apps_csv(
+    text: str, gpu_index: Mapping[str, int], fields: Sequence[str] | None = None
+) -> list[GpuProcess]:
+    """``--query-compute-apps=... --format=csv`` as processes.
+
+    The rows name their GPU by ``gpu_uuid`` or ``gpu_bus_id``; ``gpu_index`` maps either to the
+    GPU's index (`gpu_index_map` builds it from the GPUs read).
+    """
+    indices = {key.casefold(): index for key, index in gpu_index.items()}
+    processes = []
+    for record in _csv_records(text, fields):
+        key = _text(record.get("gpu_uuid")) or _text(record.get("gpu_bus_id"))
+        if key is None or key.casefold() not in indices:
+            raise SmiParseError(f"process {record.get('pid')!r} is on GPU {key!r}, not one read")
+        used = record.get("used_gpu_memory", record.get("used_memory"))
+        name = record.get("process_name")
+        processes.append(
+            _process(indices[key.casefold()], record.get("pid"), None, name, used, None)
+        )
+    return processes

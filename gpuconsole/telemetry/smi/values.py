@@ -1,0 +1,138 @@
+"""The value helpers every nvidia-smi parser shares: what reads as missing, numbers, whole
+numbers, flags, NVML codes, the clock-event reason bits, a process row, and `SmiParseError`."""
+
+from __future__ import annotations
+
+import re
+
+from gpuconsole.model import GpuProcess
+
+
+class SmiParseError(ValueError):
+    """nvidia-smi output that cannot be read; the message is one line that says what is wrong."""
+
+
+# --- values --------------------------------------------------------------------------------------
+
+# What nvidia-smi prints where it has no value (brackets stripped, case folded).
+_MISSING = frozenset(
+    {
+        "",
+        "n/a",
+        "not supported",
+        "unknown error",
+        "gpu is lost",
+        "insufficient permissions",
+        "not found",
+        "not available",
+    }
+)
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)\s*[A-Za-z%/()]*")
+_FLAGS = {
+    "enabled": True,
+    "disabled": False,
+    "yes": True,
+    "no": False,
+    "active": True,
+    "not active": False,
+}
+
+
+def _folded(text: str) -> str:
+    return text.strip().strip("[]").strip().casefold()
+
+
+def _missing(text: str | None) -> bool:
+    return text is None or _folded(text) in _MISSING
+
+
+def _text(text: str | None) -> str | None:
+    return None if text is None or _missing(text) else text.strip()
+
+
+def _number(text: str | None) -> float | None:
+    """``"700.00 W"``, ``"45 %"``, ``"16x"``, ``"-2 C"`` -> the number; "N/A" and kin -> None."""
+    if text is None or _missing(text):
+        return None
+    match = _NUMBER.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text.strip()!r} is not a number")
+    return float(match.group(1))
+
+
+def _integer(text: str | None) -> int | None:
+    value = _number(text)
+    if value is None:
+        return None
+    if not value.is_integer():
+        raise ValueError(f"{text!r} is not a whole number")
+    return int(value)
+
+
+def _flag(text: str | None) -> bool | None:
+    if text is None or _missing(text):
+        return None
+    try:
+        return _FLAGS[_folded(text)]
+    except KeyError:
+        raise ValueError(f"{text.strip()!r} is neither enabled nor disabled") from None
+
+
+def _kebab(text: str | None) -> str | None:
+    """NVML's recovery action as a code: "None" -> ``none``, "Drain P2P" -> ``drain-p2p``."""
+    value = _text(text)
+    return None if value is None else re.sub(r"[\s_]+", "-", value.casefold())
+
+
+# NVML's nvmlClocksEventReason* bits, as `--query-gpu=clocks_event_reasons.active` prints them.
+_REASON_BITS = {
+    0x001: "gpu-idle",
+    0x002: "applications-clocks",
+    0x004: "sw-power-cap",
+    0x008: "hw-slowdown",
+    0x010: "sync-boost",
+    0x020: "sw-thermal",
+    0x040: "hw-thermal",
+    0x080: "hw-power-brake",
+    0x100: "display-clocks",
+}
+
+
+def _reason_mask(text: str | None) -> tuple[str, ...] | None:
+    if text is None or _missing(text):
+        return None
+    try:
+        mask = int(text.strip(), 0)
+    except ValueError:
+        raise ValueError(f"{text.strip()!r} is not a bit mask") from None
+    return tuple(code for bit, code in _REASON_BITS.items() if mask & bit)
+
+
+# --- processes, as the dumps and --query-compute-apps both list them -------------------------
+
+_PROCESS_KINDS = {"C": "compute", "G": "graphics", "C+G": "compute+graphics"}
+
+
+def _process_kind(text: str | None) -> str:
+    """nvidia-smi's C / G / C+G as words; a process of no stated type is a compute one."""
+    kind = _text(text)
+    return "compute" if kind is None else _PROCESS_KINDS.get(kind, kind.casefold())
+
+
+def _process(
+    gpu: int, pid: str | None, kind: str | None, name: str | None, used: str | None, gi: str | None
+) -> GpuProcess:
+    try:
+        number = _integer(pid)
+        if number is None:
+            raise ValueError("no process id")
+        return GpuProcess(
+            pid=number,
+            gpu=gpu,
+            used_memory_mib=_number(used),
+            command=_text(name),
+            kind=_process_kind(kind),
+            mig_instance=_integer(gi),
+        )
+    except ValueError as error:
+        raise SmiParseError(f"GPU {gpu} process {pid!r}: {error}") from None
