@@ -1,0 +1,53 @@
+"""Human-readable output of the subcommands (the `--json` forms live in `jsonout`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuconsole.model import Finding, HostSnapshot
+from gpuconsole.summary import short_model
+
+_BADGES = {0: "info", 1: "WARN", 2: "CRIT"}
+
+
+def _value(value: float | None, fmt: str, unit: str = "") -> str:
+    return "N/A" if value is None else f"{value:{fmt}}{unit}"
+
+
+def snapshot_text(snapshot: HostSnapshot) -> str:
+    """One line per GPU and per process, the way an admin pastes it into a ticket."""
+    lines = [
+        f"{snapshot.host}: {len(snapshot.gpus)} GPUs, driver {snapshot.driver_version or 'N/A'}, "
+        f"CUDA {snapshot.cuda_version or 'N/A'} (from {snapshot.source})"
+    ]
+    for g in snapshot.gpus:
+        if g.lost:
+            lines.append(f"  GPU {g.index} {g.pci_bus_id or ''} LOST: not answering")
+            continue
+        memory = (
+            "N/A"
+            if g.memory_used_mib is None or g.memory_total_mib is None
+            else f"{g.memory_used_mib:.0f}/{g.memory_total_mib:.0f} MiB"
+        )
+        lines.append(
+            f"  GPU {g.index} {short_model(g.name) or 'N/A'} {g.pci_bus_id or ''}  "
+            f"util {_value(g.utilization_pct, '.0f', '%')}  mem {memory}  "
+            f"{_value(g.temperature_c, '.0f', '°C')}  "
+            f"{_value(g.power_w, '.0f')}/{_value(g.power_limit_w, '.0f', ' W')}  "
+            f"SM {_value(g.sm_clock_mhz, '.0f', ' MHz')}  {g.pstate or 'N/A'}"
+        )
+    for p in snapshot.processes:
+        lines.append(
+            f"  pid {p.pid} on GPU {p.gpu}: {_value(p.used_memory_mib, '.0f', ' MiB')} "
+            f"{p.user or 'N/A'} {p.command or ''}".rstrip()
+        )
+    return "\n".join(lines)
+
+
+def findings_text(findings: Iterable[Finding]) -> str:
+    lines = []
+    for f in findings:
+        where = "host " if f.gpu is None else f"GPU {f.gpu}"
+        lines.append(f"{_BADGES[int(f.severity)]}  {where:<6} {f.code}: {f.message}")
+        lines.append(f"      → {f.remediation}")
+    return "\n".join(lines) if lines else "no findings: every rule passes"

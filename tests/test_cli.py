@@ -1,0 +1,69 @@
+"""The command line, run as a user runs it: version, help, and one-line errors for bad values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuconsole import __version__
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuconsole", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"gpuconsole {__version__}"
+    assert __version__.count(".") >= 1
+
+
+def test_help_mentions_the_main_options() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: gpuconsole")
+    assert "--demo" in result.stdout
+    assert "--refresh" in result.stdout
+    assert "--theme" in result.stdout
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "bad", "option"),
+    [
+        (("--refresh", "0"), "'0'", "--refresh"),
+        (("--refresh", "abc"), "'abc'", "--refresh"),
+        (("--refresh", "-1"), "'-1'", "--refresh"),
+        (("--refresh", "inf"), "'inf'", "--refresh"),
+        (("--demo-hosts", "0"), "'0'", "--demo-hosts"),
+        (("--demo-hosts", "two"), "'two'", "--demo-hosts"),
+        (("--theme", "nope"), "'nope'", "theme"),
+        (("--demo", "--theme", "nope"), "'nope'", "theme"),
+    ],
+)
+def test_bad_value_exits_2_with_one_line_error(
+    args: tuple[str, ...], bad: str, option: str
+) -> None:
+    result = run(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("gpuconsole:")]
+    assert len(errors) == 1, result.stderr
+    (error,) = errors
+    assert bad in error
+    assert option in error
+    assert result.stderr.rstrip("\n").endswith(error)  # the error is the last thing said
