@@ -151,13 +151,16 @@ async def test_next_host_key_moves_through_the_rack(make_app) -> None:
 
 
 async def test_help_lists_every_binding(make_app) -> None:
-    from gpuconsole.screens.help import bindings_table
+    from gpuconsole.screens.help import bindings_table, key_label
 
     table = bindings_table()
-    descriptions = set(table.columns[1]._cells)
+    keys = list(table.columns[0]._cells)
+    meanings = list(table.columns[1]._cells)
     for screen_type in (FleetScreen, HostScreen, TopologyScreen):
         for binding in screen_type.BINDINGS:
-            assert binding.description in descriptions
+            row = next(i for i, text in enumerate(meanings) if text.startswith(binding.description))
+            assert binding.tooltip in meanings[row]
+            assert keys[row] == key_label(binding.key)
 
 
 async def test_theme_switch_recolours_cells(make_app) -> None:

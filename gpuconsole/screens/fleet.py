@@ -62,12 +62,28 @@ class FleetScreen(ConsoleScreen):
 
     WHERE = "fleet"
     BINDINGS = [
-        Binding("enter", "open_host", "Open host", id="fleet.open", show=True),
-        Binding("space", "toggle_expand", "GPUs", id="fleet.expand"),
-        Binding("e", "expand_all", "Expand all", id="fleet.expand-all"),
-        Binding("s", "cycle_sort", "Sort", id="fleet.sort"),
-        Binding("slash", "filter", "Filter", id="fleet.filter"),
-        Binding("t", "topology", "Topology", id="fleet.topology"),
+        Binding("enter", "open_host", "Open host", id="fleet.open", tooltip="open the host or GPU"),
+        Binding(
+            "space", "toggle_expand", "GPUs", id="fleet.expand", tooltip="show or hide its GPUs"
+        ),
+        Binding(
+            "e", "expand_all", "Expand all", id="fleet.expand-all", tooltip="every host's GPUs"
+        ),
+        Binding(
+            "s",
+            "cycle_sort",
+            "Sort",
+            id="fleet.sort",
+            tooltip="worst first, name, utilization, temperature, power, memory",
+        ),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="fleet.filter",
+            tooltip="by host, state, GPU model or problem",
+        ),
+        Binding("t", "topology", "Topology", id="fleet.topology", tooltip="how its GPUs connect"),
         Binding("escape", "clear_filter", "Clear filter", id="fleet.clear-filter", show=False),
     ]
 

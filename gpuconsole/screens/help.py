@@ -44,7 +44,10 @@ def bindings_table() -> Table:
         table.add_row(Text(title, style="underline"), "")
         for binding in bindings:
             if isinstance(binding, Binding):
-                table.add_row(key_label(binding.key), binding.description)
+                meaning = binding.description
+                if binding.tooltip:
+                    meaning = f"{meaning}: {binding.tooltip}"
+                table.add_row(key_label(binding.key), meaning)
     table.add_row(Text("Also", style="underline"), "")
     table.add_row("Ctrl+P", "command palette: screens, hosts, themes")
     table.add_row("↑ ↓ PgUp PgDn", "move the cursor")

@@ -76,9 +76,29 @@ class HostScreen(ConsoleScreen):
         Binding("t", "topology", "Topology", id="host.topology"),
         Binding("left_square_bracket", "other_host(-1)", "Prev host", id="host.prev"),
         Binding("right_square_bracket", "other_host(1)", "Next host", id="host.next"),
-        Binding("k", "signal_process('SIGTERM')", "Terminate", id="host.terminate"),
-        Binding("K", "signal_process('SIGKILL')", "Kill", id="host.kill", show=False),
-        Binding("tab", "app.focus_next", "GPUs/processes", id="host.focus", show=False),
+        Binding(
+            "k",
+            "signal_process('SIGTERM')",
+            "Terminate",
+            id="host.terminate",
+            tooltip="send TERM to the process under the cursor (asks first)",
+        ),
+        Binding(
+            "K",
+            "signal_process('SIGKILL')",
+            "Kill",
+            id="host.kill",
+            show=False,
+            tooltip="send KILL to the process under the cursor (asks first)",
+        ),
+        Binding(
+            "tab",
+            "app.focus_next",
+            "GPUs/processes",
+            id="host.focus",
+            show=False,
+            tooltip="move between the GPU list and the process list",
+        ),
     ]
 
     def __init__(self, host: str, gpu: int | None = None) -> None:
