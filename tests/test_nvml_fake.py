@@ -28,9 +28,9 @@ from gpuconsole.model import (
     RowRemap,
     XidEvent,
 )
-from gpuconsole.telemetry import nvml as nvml_module
 from gpuconsole.telemetry.containers import container_of_pid
 from gpuconsole.telemetry.nvml import NvmlSource, XidWatcher
+from gpuconsole.telemetry.nvml import device as nvml_device
 
 MIB = 2**20
 GIB = 2**30
@@ -331,7 +331,7 @@ def test_what_cannot_change_is_asked_once(nvml: FakeNvml, source: MakeSource) ->
 def test_a_change_of_mig_mode_asks_again_what_was_not_supported(
     nvml: FakeNvml, source: MakeSource, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(nvml_module, "MODE_REFRESH_S", 0.0)
+    monkeypatch.setattr(nvml_device, "MODE_REFRESH_S", 0.0)
     table = nvml.gpus[0]
     utilization = table.pop("nvmlDeviceGetUtilizationRates")
     table["nvmlDeviceGetMigMode"] = [1, 1]
