@@ -21,6 +21,18 @@ CORE_MODULES = (
     "gpuconsole.xid",
     "gpuconsole.telemetry",
     "gpuconsole.telemetry.sim",
+    "gpuconsole.telemetry.smi",
+    "gpuconsole.telemetry.smi_xml",
+    "gpuconsole.telemetry.nvml",
+    "gpuconsole.telemetry.kernel_log",
+    "gpuconsole.telemetry.containers",
+    "gpuconsole.telemetry.local",
+    "gpuconsole.hosts.inventory",
+    "gpuconsole.actions.processes",
+    "gpuconsole.audit",
+    "gpuconsole.jsonout",
+    "gpuconsole.cli_output",
+    "gpuconsole.cli",
 )
 
 PROBE = """
