@@ -227,7 +227,9 @@ class FleetScreen(ConsoleScreen):
         badge = cells.severity_badge(top.severity, self.palette)
         count = f" +{len(findings) - 1}" if len(findings) > 1 else ""
         if self._problem_width >= _MESSAGE_FROM:
-            return Text.assemble(badge, " ", top.message, (count, "dim"))
+            line = Text.assemble(badge, (count, "dim"), " ", top.message)
+            line.truncate(self._problem_width, overflow="ellipsis")
+            return line
         where = "" if top.gpu is None else f" GPU {top.gpu}"
         return Text.assemble(badge, f" {top.code}{where}", (count, "dim"))
 
