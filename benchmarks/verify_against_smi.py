@@ -21,6 +21,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SMI_FIELDS = "index,uuid,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
+# (what, snapshot field, nvidia-smi column, allowed difference for nvidia-smi's value)
+TOLERANCES = (
+    ("utilization %", "utilization_pct", "util", lambda _: 5),
+    ("memory used MiB", "memory_used_mib", "used", lambda _: 1),
+    ("memory total MiB", "memory_total_mib", "total", lambda _: 1),
+    ("temperature °C", "temperature_c", "temp", lambda _: 2),
+    ("power W", "power_w", "power", lambda watts: max(0.05 * watts, 1.0)),
+)
 LOAD = """
 import sys, time, torch
 gib, seconds = float(sys.argv[1]), float(sys.argv[2])
@@ -100,31 +108,12 @@ def compare(phase: str, ours: dict, theirs: list[dict], load_pid: int | None) ->
         g = gpus[smi["index"]]
         i = smi["index"]
         check(f"GPU {i} uuid", g["uuid"] == smi["uuid"], f"{g['uuid']} vs {smi['uuid']}")
-        check(
-            f"GPU {i} utilization",
-            abs(g["utilization_pct"] - smi["util"]) <= 5,
-            f"{g['utilization_pct']} vs {smi['util']} %",
-        )
-        check(
-            f"GPU {i} memory used",
-            abs(g["memory_used_mib"] - smi["used"]) <= 1,
-            f"{g['memory_used_mib']} vs {smi['used']} MiB",
-        )
-        check(
-            f"GPU {i} memory total",
-            abs(g["memory_total_mib"] - smi["total"]) <= 1,
-            f"{g['memory_total_mib']} vs {smi['total']} MiB",
-        )
-        check(
-            f"GPU {i} temperature",
-            abs(g["temperature_c"] - smi["temp"]) <= 2,
-            f"{g['temperature_c']} vs {smi['temp']} °C",
-        )
-        check(
-            f"GPU {i} power",
-            abs(g["power_w"] - smi["power"]) <= max(0.05 * smi["power"], 1.0),
-            f"{g['power_w']:.1f} vs {smi['power']} W",
-        )
+        for name, field, key, tolerance in TOLERANCES:
+            ours_value, theirs_value = g[field], smi[key]
+            ok = ours_value is not None and abs(ours_value - theirs_value) <= tolerance(
+                theirs_value
+            )
+            check(f"GPU {i} {name}", ok, f"{ours_value} vs {theirs_value}")
     if load_pid is not None:
         apps = smi_apps()
         mine = {p["pid"]: p for p in ours["processes"]}
