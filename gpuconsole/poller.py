@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuconsole.model import HostSnapshot
+from gpuconsole.model import HostSnapshot, HostState
 from gpuconsole.store import FleetStore
 from gpuconsole.telemetry import Source, SourceError
 
@@ -22,6 +22,8 @@ class Reading:
     host: str
     snapshot: HostSnapshot | None = None
     error: str | None = None
+    state: HostState | None = None
+    """The host's state when the source knows it (see `SourceError.state`)."""
 
 
 def collect(source: Source, hosts: Iterable[str] | None = None) -> list[Reading]:
@@ -31,7 +33,7 @@ def collect(source: Source, hosts: Iterable[str] | None = None) -> list[Reading]
         try:
             readings.append(Reading(host, snapshot=source.read(host)))
         except SourceError as error:
-            readings.append(Reading(host, error=str(error)))
+            readings.append(Reading(host, error=str(error), state=error.state))
         except Exception as error:  # a source's bug must not blind the console to other hosts
             readings.append(Reading(host, error=f"{host}: {type(error).__name__}: {error}"))
     return readings
@@ -44,7 +46,9 @@ def ingest(store: FleetStore, readings: Iterable[Reading]) -> set[str]:
         if reading.snapshot is not None:
             updated = store.record(reading.snapshot)
         else:
-            updated = store.record_failure(reading.host, reading.error or "no reading")
+            updated = store.record_failure(
+                reading.host, reading.error or "no reading", reading.state
+            )
         if updated:
             changed.add(reading.host)
     return changed

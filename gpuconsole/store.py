@@ -66,25 +66,32 @@ class FleetStore:
         self._evaluate(snapshot.host, rec)
         return True
 
-    def record_failure(self, host: str, reason: str) -> bool:
+    def record_failure(self, host: str, reason: str, state: HostState | None = None) -> bool:
         """Count one tick without a reading; True when the host's state or reason changed.
 
         One missed tick is no news (a slow link); three make the host stale, ten make it down.
+        A ``state`` the source already knows (the connection is lost, the host key refused)
+        takes effect at once.
         """
         rec = self._records[host]
         rec.misses += 1
-        if rec.misses >= self._down_after:
-            state = HostState.DOWN
-        elif rec.misses >= self._stale_after and rec.history:
-            state = HostState.STALE
-        else:
-            return False
+        if state is None or state is HostState.LIVE:
+            state = self._state_after_misses(rec)
+            if state is None:
+                return False
         before = rec.status
         rec.status = HostStatus(state, reason, before.last_seen)
         if rec.status == before:
             return False
         self._evaluate(host, rec)
         return True
+
+    def _state_after_misses(self, rec: _HostRecord) -> HostState | None:
+        if rec.misses >= self._down_after:
+            return HostState.DOWN
+        if rec.misses >= self._stale_after and rec.history:
+            return HostState.STALE
+        return None
 
     def latest(self, host: str) -> HostSnapshot | None:
         history = self._records[host].history

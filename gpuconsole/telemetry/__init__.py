@@ -7,11 +7,19 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuconsole.model import HostSnapshot
+from gpuconsole.model import HostSnapshot, HostState
 
 
 class SourceError(Exception):
-    """A host could not be read. The message is one line that names the host and the cause."""
+    """A host could not be read. The message is one line that names the host and the cause.
+
+    ``state`` is set when the source knows what the host's state is now (a refused host key, a
+    lost connection) rather than only that this tick brought no reading.
+    """
+
+    def __init__(self, message: str, state: HostState | None = None) -> None:
+        super().__init__(message)
+        self.state = state
 
 
 class Source(Protocol):
