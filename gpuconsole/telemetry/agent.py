@@ -1,0 +1,1005 @@
+"""The gpuconsole agent: streams one host's GPU readings as JSON lines (docs/agent-protocol.md).
+
+The console sends this file as text over an SSH channel's stdin and runs it with the host's own
+``python3`` (see ``gpuconsole.telemetry.wire.agent_command``), so it imports nothing but the
+standard library, nothing from gpuconsole, and keeps to Python 3.8.
+
+One thread paces the ticks and is the only writer of stdout. A reader thread turns stdin's lines
+into events on the same queue, and in ``smi`` mode a worker thread runs nvidia-smi, so a call
+stuck in the driver holds up that worker, never the ticks. Readings come from NVML through
+ctypes (no pynvml on the host), from nvidia-smi's CSV, or from a cheap simulation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import ctypes
+import json
+import math
+import os
+import pwd
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+PROTOCOL_VERSION = 1
+MARKER = "gpuconsole-agent"
+MODES = ("auto", "nvml", "smi", "sim")
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 3600.0
+MAX_TEXT = 4096
+"""Longest command line or message sent, in characters."""
+MAX_CGROUP_TEXT = 65536
+MAX_COMMAND_LINE = 65536
+"""Longest stdin line read; a longer one is skipped as malformed."""
+_EXIT_WAIT_S = 0.5
+"""How long leaving waits for a killed nvidia-smi to go."""
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+class Output:
+    """Writes the protocol's lines to a file descriptor, each whole (no partial writes)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def send(self, kind: str, **fields: object) -> None:
+        """Write one line; `OSError` (a broken pipe) when the console is gone."""
+        line = {"v": PROTOCOL_VERSION, "type": kind}
+        line.update(fields)
+        data = memoryview((json.dumps(line, separators=(",", ":")) + "\n").encode())
+        while data:
+            data = data[os.write(self._fd, data) :]
+
+
+def clipped(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- what /proc says about a process ---------------------------------------------------------
+
+_user_names: dict[int, str] = {}
+
+
+def _user_name(uid: int) -> str:
+    """The account name of ``uid`` (its number as text when it has none), looked up once."""
+    if uid not in _user_names:
+        try:
+            _user_names[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            _user_names[uid] = str(uid)
+    return _user_names[uid]
+
+
+def _read_proc(pid: int, name: str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as file:
+            return file.read(MAX_CGROUP_TEXT)
+    except OSError:
+        return None
+
+
+def command_line(pid: int) -> str | None:
+    """The process's arguments joined by spaces; None when it is gone or has none (a zombie)."""
+    raw = _read_proc(pid, "cmdline")
+    if not raw:
+        return None
+    words = raw.rstrip(b"\0").split(b"\0")
+    return clipped(" ".join(word.decode("utf-8", "replace") for word in words))
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat from field 3 (the state) on: the name before it may hold spaces."""
+    raw = _read_proc(pid, "stat")
+    if raw is None or b")" not in raw:
+        return None
+    return raw[raw.rindex(b")") + 1 :].decode("ascii", "replace").split()
+
+
+def process_details(pid: int) -> dict[str, object]:
+    """What /proc adds to a GPU process: owner, command line, cgroup text, start time."""
+    try:
+        user: str | None = _user_name(os.stat(f"/proc/{pid}").st_uid)
+    except OSError:
+        user = None
+    cgroup = _read_proc(pid, "cgroup")
+    stat = _stat_fields(pid)
+    start = stat[19] if stat is not None and len(stat) > 19 else None  # field 22
+    return {
+        "user": user,
+        "command": command_line(pid),
+        "cgroup": None if cgroup is None else cgroup.decode("utf-8", "replace"),
+        "start_time": int(start) if start is not None and start.isdigit() else None,
+    }
+
+
+# --- commands --------------------------------------------------------------------------------
+
+_SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
+
+
+def send_signal(pid: int, name: str, expected_command: str) -> tuple[bool, str]:
+    """Signal ``pid`` only if it still runs ``expected_command`` (a reused pid is left alone)."""
+    stat = _stat_fields(pid)
+    if stat is None or stat[0] == "Z":
+        return False, f"pid {pid} has already exited"
+    actual = command_line(pid) or ""
+    if actual != expected_command:
+        return False, f"pid {pid} is now {actual[:200]!r}, not the GPU process: nothing sent"
+    try:
+        os.kill(pid, _SIGNALS[name])
+    except ProcessLookupError:
+        return False, f"pid {pid} has already exited"
+    except PermissionError:
+        return False, f"not permitted to signal pid {pid}"
+    return True, f"sent {name} to pid {pid}"
+
+
+class BadCommand(ValueError):
+    """A console command the agent cannot act on; the message says why."""
+
+
+def _whole_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _field(command: dict, name: str, check, meaning: str) -> object:
+    value = command.get(name)
+    if not check(value):
+        raise BadCommand(f"{command.get('cmd')!r} needs {name} {meaning}")
+    return value
+
+
+def interval_of(command: dict) -> float:
+    seconds = _field(
+        command,
+        "seconds",
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+        "(a number)",
+    )
+    if not MIN_INTERVAL_S <= float(seconds) <= MAX_INTERVAL_S:
+        raise BadCommand(
+            f"interval {seconds:g} s is outside {MIN_INTERVAL_S:g} ... {MAX_INTERVAL_S:g} s"
+        )
+    return float(seconds)
+
+
+def signal_of(command: dict) -> tuple[int, str, str]:
+    pid = _field(command, "pid", lambda v: _whole_number(v) and v > 0, "(a process id)")
+    name = _field(command, "signal", lambda v: v in _SIGNALS, "(TERM or KILL)")
+    expected = _field(command, "command", lambda v: isinstance(v, str), "(its command line)")
+    return pid, name, expected
+
+
+# --- sim: cheap, plausible, slowly varying GPUs ----------------------------------------------
+
+
+class SimGpus:
+    """``count`` H100-80GB-like GPUs; two of every three run a load that swells and ebbs.
+
+    A tick is a few sines per GPU: 128 agents fit on two cores.
+    """
+
+    NAME = "NVIDIA H100 80GB HBM3"
+    MEMORY_MIB = 81559.0
+    POWER_LIMIT_W = 700.0
+    SM_MAX_MHZ = 1980.0
+    MEMORY_CLOCK_MHZ = 2619.0
+
+    def __init__(self, count: int, host: str) -> None:
+        self.count = count
+        tag = sum(host.encode()) & 0xFFFF
+        self._static = [self._card(index, tag) for index in range(count)]
+        self._processes = [
+            {
+                "pid": 900001 + gpu,
+                "gpu": gpu,
+                "user": "sim",
+                "command": f"python train.py --rank {gpu}",
+                "cgroup": f"0::/system.slice/docker-{tag + gpu:064x}.scope\n",
+                "start_time": 1000 + gpu,
+                "kind": "compute",
+            }
+            for gpu in range(min(2, count))
+        ]
+
+    def _card(self, index: int, tag: int) -> dict[str, object]:
+        bus = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)[index % 8] + index // 8
+        return {
+            "index": index,
+            "name": self.NAME,
+            "uuid": f"GPU-{tag:08x}-{index:04x}-4000-8000-{index * 7919:012x}",
+            "pci_bus_id": "00000000:%02X:00.0" % (bus % 256),
+            "memory_total_mib": self.MEMORY_MIB,
+            "slowdown_temperature_c": 87.0,
+            "power_limit_w": self.POWER_LIMIT_W,
+            "sm_clock_max_mhz": self.SM_MAX_MHZ,
+            "memory_clock_mhz": self.MEMORY_CLOCK_MHZ,
+            "memory_clock_max_mhz": self.MEMORY_CLOCK_MHZ,
+            "pstate": 0,
+            "fan_pct": None,
+            "ecc": {
+                "volatile_corrected": 0,
+                "volatile_uncorrected": 0,
+                "aggregate_corrected": 0,
+                "aggregate_uncorrected": 0,
+            },
+            "remap": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+            "pcie": {"gen": 5, "width": 16, "max_gen": 5, "max_width": 16},
+            "persistence_mode": True,
+            "compute_mode": 0,
+            "mig_mode": False,
+            "lost": False,
+        }
+
+    def read(self, now: float) -> tuple[list[dict], list[dict]]:
+        gpus = []
+        for index, static in enumerate(self._static):
+            load = 0.0 if index % 3 == 2 else 0.55 + 0.45 * math.sin(now / 90.0 + index)
+            gpu = dict(static)
+            gpu["utilization_pct"] = round(100.0 * load)
+            gpu["memory_utilization_pct"] = round(60.0 * load)
+            gpu["memory_used_mib"] = round(self.MEMORY_MIB * 0.8 * load)
+            gpu["temperature_c"] = round(31.0 + 45.0 * load)
+            gpu["power_w"] = round(70.0 + 610.0 * load, 2)
+            gpu["sm_clock_mhz"] = 1980.0 if load > 0.05 else 345.0
+            gpu["throttle_mask"] = 0x1 if load <= 0.05 else (0x4 if load > 0.95 else 0)
+            gpus.append(gpu)
+        processes = []
+        for process in self._processes:
+            entry = dict(process)
+            entry["used_memory_mib"] = gpus[process["gpu"]]["memory_used_mib"]
+            processes.append(entry)
+        return gpus, processes
+
+
+# --- nvml: libnvidia-ml.so.1 through ctypes --------------------------------------------------
+
+NVML_SUCCESS = 0
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_TEMPERATURE_GPU = 0
+NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_MEMORY_ERROR_CORRECTED = 0
+NVML_MEMORY_ERROR_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_MEMORY_V2 = 40 | 2 << 24  # nvmlMemory_v2: the struct's size, version 2
+NVML_VALUE_NOT_AVAILABLE = 2**64 - 1
+NVML_NO_GPU_INSTANCE = 0xFFFFFFFF
+MIB = 1024 * 1024
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [
+        ("total", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
+class _MemoryV2(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("total", ctypes.c_ulonglong),
+        ("reserved", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
+class _Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class _PciInfo(ctypes.Structure):
+    _fields_ = [
+        ("busIdLegacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pciDeviceId", ctypes.c_uint),
+        ("pciSubSystemId", ctypes.c_uint),
+        ("busId", ctypes.c_char * 32),
+    ]
+
+
+class _ProcessInfo(ctypes.Structure):
+    """nvmlProcessInfo_t as the _v2 and _v3 process calls fill it."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+class Unavailable(RuntimeError):
+    """The host cannot be read the way asked (no NVML, no field list); the message says why."""
+
+
+class Nvml:
+    """The NVML library: calls by name, a missing function answering FUNCTION_NOT_FOUND."""
+
+    def __init__(self, library: object | None = None) -> None:
+        """Load and initialise NVML; ``library`` stands in for libnvidia-ml in tests."""
+        try:
+            self._lib = ctypes.CDLL("libnvidia-ml.so.1") if library is None else library
+        except OSError as error:
+            raise Unavailable(f"libnvidia-ml.so.1 cannot be loaded ({error})") from None
+        code = self.call("nvmlInit_v2")
+        if code == NVML_ERROR_FUNCTION_NOT_FOUND:
+            code = self.call("nvmlInit")
+        if code != NVML_SUCCESS:
+            raise Unavailable(f"nvmlInit failed with NVML error {code}")
+
+    def call(self, name: str, *args: object) -> int:
+        try:
+            function = getattr(self._lib, name)
+        except AttributeError:
+            return NVML_ERROR_FUNCTION_NOT_FOUND
+        return function(*args)
+
+    def shutdown(self) -> None:
+        self.call("nvmlShutdown")
+
+    def text(self, name: str, *args: object) -> str | None:
+        buffer = ctypes.create_string_buffer(96)
+        if self.call(name, *args, buffer, ctypes.c_uint(len(buffer))) != NVML_SUCCESS:
+            return None
+        return buffer.value.decode("utf-8", "replace")
+
+    def driver_version(self) -> str | None:
+        return self.text("nvmlSystemGetDriverVersion")
+
+    def cuda_version(self) -> str | None:
+        """As nvidia-smi prints it: 12080 -> "12.8"."""
+        version = ctypes.c_int()
+        for name in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
+            if self.call(name, ctypes.byref(version)) == NVML_SUCCESS:
+                return f"{version.value // 1000}.{version.value % 1000 // 10}"
+        return None
+
+    def gpu_count(self) -> int | None:
+        count = ctypes.c_uint()
+        if self.call("nvmlDeviceGetCount_v2", ctypes.byref(count)) != NVML_SUCCESS:
+            return None
+        return count.value
+
+    def read(self) -> tuple[list[dict], list[dict]]:
+        """Every GPU and the processes on them; `Unavailable` when not even the count reads."""
+        count = self.gpu_count()
+        if count is None:
+            raise Unavailable("nvmlDeviceGetCount failed")
+        gpus, processes = [], []
+        for index in range(count):
+            device = NvmlDevice(self, index)
+            gpus.append(device.state())
+            processes.extend(device.processes())
+        return gpus, processes
+
+
+class NvmlDevice:
+    """One GPU's calls. A failed call gives None for its field alone; GPU_IS_LOST marks the GPU
+    lost and skips its remaining calls."""
+
+    def __init__(self, nvml: Nvml, index: int) -> None:
+        self._nvml = nvml
+        self.index = index
+        self._handle = ctypes.c_void_p()
+        code = nvml.call("nvmlDeviceGetHandleByIndex_v2", index, ctypes.byref(self._handle))
+        self.lost = code == NVML_ERROR_GPU_IS_LOST
+        self._usable = code == NVML_SUCCESS
+
+    def _ok(self, name: str, *args: object) -> bool:
+        if not self._usable:
+            return False
+        code = self._nvml.call(name, self._handle, *args)
+        if code == NVML_ERROR_GPU_IS_LOST:
+            self.lost, self._usable = True, False
+        return code == NVML_SUCCESS
+
+    def _value(self, ctype, name: str, *args: object) -> int | None:
+        value = ctype()
+        return value.value if self._ok(name, *args, ctypes.byref(value)) else None
+
+    def _uint(self, name: str, *args: object) -> int | None:
+        return self._value(ctypes.c_uint, name, *args)
+
+    def _scaled(self, name: str, divisor: float) -> float | None:
+        value = self._uint(name)
+        return None if value is None else value / divisor
+
+    def _text(self, name: str) -> str | None:
+        return self._nvml.text(name, self._handle) if self._usable else None
+
+    def _memory(self) -> tuple[float | None, float | None]:
+        """(used, total) in MiB; v2 first, whose 'used' leaves out the driver's reservation as
+        nvidia-smi does."""
+        memory = _MemoryV2(version=NVML_MEMORY_V2)
+        if not self._ok("nvmlDeviceGetMemoryInfo_v2", ctypes.byref(memory)):
+            memory = _Memory()
+            if not self._ok("nvmlDeviceGetMemoryInfo", ctypes.byref(memory)):
+                return None, None
+        return memory.used / MIB, memory.total / MIB
+
+    def _utilization(self) -> tuple[int | None, int | None]:
+        rates = _Utilization()
+        if not self._ok("nvmlDeviceGetUtilizationRates", ctypes.byref(rates)):
+            return None, None
+        return rates.gpu, rates.memory
+
+    def _pci_bus_id(self) -> str | None:
+        info = _PciInfo()
+        if not self._ok("nvmlDeviceGetPciInfo_v3", ctypes.byref(info)):
+            return None
+        return info.busId.decode("ascii", "replace")
+
+    def _throttle_mask(self) -> int | None:
+        mask = self._value(ctypes.c_ulonglong, "nvmlDeviceGetCurrentClocksEventReasons")
+        if mask is None:
+            mask = self._value(ctypes.c_ulonglong, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        return mask
+
+    def _ecc(self, error: int, counter: int) -> int | None:
+        return self._value(ctypes.c_ulonglong, "nvmlDeviceGetTotalEccErrors", error, counter)
+
+    def _remap(self) -> dict[str, object]:
+        values = [ctypes.c_uint() for _ in range(4)]
+        if not self._ok("nvmlDeviceGetRemappedRows", *[ctypes.byref(v) for v in values]):
+            return {"correctable": None, "uncorrectable": None, "pending": None, "failure": None}
+        correctable, uncorrectable, pending, failure = (v.value for v in values)
+        return {
+            "correctable": correctable,
+            "uncorrectable": uncorrectable,
+            "pending": bool(pending),
+            "failure": bool(failure),
+        }
+
+    def _flag(self, name: str) -> bool | None:
+        value = self._uint(name)
+        return None if value is None else value == 1
+
+    def _mig_mode(self) -> bool | None:
+        current, pending = ctypes.c_uint(), ctypes.c_uint()
+        if not self._ok("nvmlDeviceGetMigMode", ctypes.byref(current), ctypes.byref(pending)):
+            return None
+        return current.value == 1
+
+    def state(self) -> dict[str, object]:
+        used, total = self._memory()
+        utilization, memory_utilization = self._utilization()
+        return {
+            "index": self.index,
+            "name": self._text("nvmlDeviceGetName"),
+            "uuid": self._text("nvmlDeviceGetUUID"),
+            "pci_bus_id": self._pci_bus_id(),
+            "utilization_pct": utilization,
+            "memory_utilization_pct": memory_utilization,
+            "memory_used_mib": used,
+            "memory_total_mib": total,
+            "temperature_c": self._uint("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU),
+            "slowdown_temperature_c": self._uint(
+                "nvmlDeviceGetTemperatureThreshold", NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+            ),
+            "power_w": self._scaled("nvmlDeviceGetPowerUsage", 1000.0),
+            "power_limit_w": self._scaled("nvmlDeviceGetEnforcedPowerLimit", 1000.0),
+            "sm_clock_mhz": self._uint("nvmlDeviceGetClockInfo", NVML_CLOCK_SM),
+            "sm_clock_max_mhz": self._uint("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_SM),
+            "memory_clock_mhz": self._uint("nvmlDeviceGetClockInfo", NVML_CLOCK_MEM),
+            "memory_clock_max_mhz": self._uint("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_MEM),
+            "pstate": self._uint("nvmlDeviceGetPerformanceState"),
+            "fan_pct": self._uint("nvmlDeviceGetFanSpeed"),
+            "throttle_mask": self._throttle_mask(),
+            "ecc": {
+                "volatile_corrected": self._ecc(NVML_MEMORY_ERROR_CORRECTED, NVML_VOLATILE_ECC),
+                "volatile_uncorrected": self._ecc(NVML_MEMORY_ERROR_UNCORRECTED, NVML_VOLATILE_ECC),
+                "aggregate_corrected": self._ecc(NVML_MEMORY_ERROR_CORRECTED, NVML_AGGREGATE_ECC),
+                "aggregate_uncorrected": self._ecc(
+                    NVML_MEMORY_ERROR_UNCORRECTED, NVML_AGGREGATE_ECC
+                ),
+            },
+            "remap": self._remap(),
+            "pcie": {
+                "gen": self._uint("nvmlDeviceGetCurrPcieLinkGeneration"),
+                "width": self._uint("nvmlDeviceGetCurrPcieLinkWidth"),
+                "max_gen": self._uint("nvmlDeviceGetMaxPcieLinkGeneration"),
+                "max_width": self._uint("nvmlDeviceGetMaxPcieLinkWidth"),
+            },
+            "persistence_mode": self._flag("nvmlDeviceGetPersistenceMode"),
+            "compute_mode": self._uint("nvmlDeviceGetComputeMode"),
+            "mig_mode": self._mig_mode(),
+            "lost": self.lost,
+        }
+
+    def _running(self, kind: str) -> list[_ProcessInfo]:
+        """The _v3 call (or _v2, same struct), asked again while the list outgrows the array."""
+        for version in ("_v3", "_v2"):
+            name = f"nvmlDeviceGet{kind}RunningProcesses{version}"
+            count = ctypes.c_uint(0)
+            infos = None
+            for _ in range(4):
+                if not self._usable:
+                    return []
+                code = self._nvml.call(name, self._handle, ctypes.byref(count), infos)
+                if code == NVML_SUCCESS:
+                    return [] if infos is None else list(infos)[: count.value]
+                if code == NVML_ERROR_GPU_IS_LOST:
+                    self.lost, self._usable = True, False
+                if code != NVML_ERROR_INSUFFICIENT_SIZE:
+                    break
+                size = count.value + 8
+                infos = (_ProcessInfo * size)()
+                count = ctypes.c_uint(size)
+            if code != NVML_ERROR_FUNCTION_NOT_FOUND:
+                return []
+        return []
+
+    def processes(self) -> list[dict[str, object]]:
+        """Compute and graphics processes, one entry per pid (kind compute+graphics if both)."""
+        by_pid: dict[int, dict[str, object]] = {}
+        for kind in ("Compute", "Graphics"):
+            for info in self._running(kind):
+                entry = by_pid.get(info.pid)
+                if entry is not None:
+                    entry["kind"] = "compute+graphics"
+                    continue
+                used = info.usedGpuMemory
+                by_pid[info.pid] = {
+                    "pid": info.pid,
+                    "gpu": self.index,
+                    "used_memory_mib": None if used == NVML_VALUE_NOT_AVAILABLE else used / MIB,
+                    "kind": kind.lower(),
+                    "mig_instance": (
+                        None if info.gpuInstanceId == NVML_NO_GPU_INSTANCE else info.gpuInstanceId
+                    ),
+                }
+        for pid, entry in by_pid.items():
+            entry.update(process_details(pid))
+        return list(by_pid.values())
+
+
+# --- smi: nvidia-smi in a worker thread, each call with a timeout ----------------------------
+
+
+class SmiFailure(RuntimeError):
+    """An nvidia-smi call that gave no output to use; the message is one line."""
+
+
+class SmiRunner:
+    """Runs nvidia-smi jobs one at a time in a worker thread.
+
+    A job is a list of (label, argv), run in order until one fails; its outcome arrives on the
+    event queue as ``("smi", tag, {label: stdout}, error or None)``. Each call is killed past its
+    timeout; a child stuck in the driver (a GPU off the bus) does not die even then, and the
+    worker waits for it as long as it takes, while the tick loop goes on and starts no other
+    call.
+    """
+
+    def __init__(self, timeout: float, events: queue.Queue) -> None:
+        self._timeout = timeout
+        self._events = events
+        self._jobs: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._closing = False
+        self._child: subprocess.Popen | None = None
+        self._label: str | None = None
+        self._since = 0.0
+        self._busy = False
+        self._idle = threading.Event()
+        self._idle.set()
+        threading.Thread(target=self._work, name="nvidia-smi", daemon=True).start()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def submit(self, tag: object, commands: list[tuple[str, list[str]]]) -> None:
+        self._busy = True
+        self._idle.clear()
+        self._jobs.put((tag, commands))
+
+    def waiting_message(self) -> str:
+        """Why this tick has no reading: which call holds the worker, and for how long."""
+        with self._lock:
+            label, since = self._label or "nvidia-smi", self._since
+        waited = time.monotonic() - since
+        if waited <= self._timeout:
+            return f"{label} has not answered for {waited:.1f} s: no reading this tick"
+        return (
+            f"{label} is stuck: killed after {self._timeout:g} s, still not gone after "
+            f"{waited:.1f} s (a GPU that fell off the bus hangs it in the driver): "
+            "no other call until it ends"
+        )
+
+    def close(self) -> None:
+        """Start no more calls; kill the one running and give it a moment to go."""
+        with self._lock:
+            self._closing = True
+            child = self._child
+        if child is not None:
+            with contextlib.suppress(OSError):
+                child.kill()
+        self._idle.wait(_EXIT_WAIT_S)
+
+    def _work(self) -> None:
+        while True:
+            tag, commands = self._jobs.get()
+            outputs, error = {}, None
+            try:
+                for label, argv in commands:
+                    outputs[label] = self._run(label, argv)
+            except SmiFailure as failure:
+                error = str(failure)
+            self._busy = False
+            self._idle.set()
+            self._events.put(("smi", tag, outputs, error))
+
+    def _run(self, label: str, argv: list[str]) -> str:
+        with self._lock:
+            if self._closing:
+                raise SmiFailure("the agent is leaving")
+            self._label, self._since = label, time.monotonic()
+            try:
+                child = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    close_fds=True,
+                )
+            except OSError as error:
+                raise SmiFailure(f"cannot run {label} ({error.strerror})") from None
+            self._child = child
+        try:
+            stdout, stderr = child.communicate(timeout=self._timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()  # as long as the driver holds it: this thread, not the ticks, waits
+            raise SmiFailure(
+                f"{label} gave no answer within {self._timeout:g} s and was killed"
+            ) from None
+        finally:
+            with self._lock:
+                self._child = None
+        if child.returncode != 0:
+            detail = _first_line(stderr) or _first_line(stdout)
+            raise SmiFailure(
+                f"{label} exited with {child.returncode}" + (f": {detail}" if detail else "")
+            )
+        return stdout.decode("utf-8", "replace")
+
+
+def _first_line(data: bytes) -> str:
+    for line in data.decode("utf-8", "replace").splitlines():
+        if line.strip():
+            return clipped(line.strip(), 200)
+    return ""
+
+
+_SUMMARY = ("nvidia-smi", ["nvidia-smi"])
+_TOPOLOGY = ("nvidia-smi topo -m", ["nvidia-smi", "topo", "-m"])
+_GPU_QUERY = "nvidia-smi --query-gpu"
+_APPS_QUERY = "nvidia-smi --query-compute-apps"
+_CSV_FORMAT = "--format=csv,noheader,nounits"
+_DRIVER = re.compile(r"Driver Version:\s*([0-9][\w.-]*)")
+_CUDA = re.compile(r"CUDA Version:\s*([0-9][\w.-]*)")
+
+
+def _search(pattern: re.Pattern, text: str) -> str | None:
+    match = pattern.search(text)
+    return match.group(1) if match else None
+
+
+def pids_in(apps_csv: str, fields: list[str]) -> list[int]:
+    """The pids of ``--query-compute-apps`` rows, in order, each once."""
+    if "pid" not in fields:
+        return []
+    column = fields.index("pid")
+    pids: list[int] = []
+    for row in csv.reader(apps_csv.splitlines(), skipinitialspace=True):
+        if len(row) == len(fields) and row[column].strip().isdigit():
+            pid = int(row[column])
+            if pid not in pids:
+                pids.append(pid)
+    return pids
+
+
+# --- the agent -------------------------------------------------------------------------------
+
+
+class Agent:
+    """The tick loop: one reading (or one error) per tick, paced on the monotonic clock."""
+
+    def __init__(self, options: argparse.Namespace, events: queue.Queue, output: Output) -> None:
+        self._options = options
+        self._events = events
+        self._out = output
+        self._interval = options.interval
+        self._seq = 0
+        self._last_tick = time.monotonic()
+        self._next_tick = self._last_tick
+        self._greeting_until: float | None = None
+        self._hello: dict[str, object] = {}
+        self._sim: SimGpus | None = None
+        self._nvml: Nvml | None = None
+        self._runner: SmiRunner | None = None
+        self.mode = self._choose_mode(options)
+
+    def _choose_mode(self, options: argparse.Namespace) -> str:
+        if options.mode == "sim":
+            self._sim = SimGpus(options.gpus, socket.gethostname())
+            return "sim"
+        self._runner = SmiRunner(options.timeout, self._events)
+        if options.mode in ("auto", "nvml"):
+            try:
+                self._nvml = Nvml()
+                return "nvml"
+            except Unavailable:
+                if options.mode == "nvml":
+                    raise
+        if not options.gpu_fields or not options.apps_fields:
+            raise Unavailable("smi mode needs --gpu-fields and --apps-fields")
+        return "smi"
+
+    # --- greeting --------------------------------------------------------------------------
+
+    def greet(self) -> None:
+        """Send the hello now (sim), or once nvidia-smi has told the driver and topology."""
+        self._hello = {
+            "agent_pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "mode": self.mode,
+            "python": sys.version.split()[0],
+            "driver": None,
+            "cuda": None,
+            "topology": None,
+        }
+        if self._runner is None:
+            self._send_hello()
+            return
+        commands = [_TOPOLOGY]
+        if self._nvml is not None:
+            self._hello["driver"] = self._nvml.driver_version()
+            self._hello["cuda"] = self._nvml.cuda_version()
+        else:
+            commands.insert(0, _SUMMARY)  # its header names the driver and CUDA versions
+        self._runner.submit("hello", commands)
+        self._greeting_until = time.monotonic() + self._options.timeout + 0.25
+
+    def _hello_answered(self, outputs: dict[str, str]) -> None:
+        summary = outputs.get(_SUMMARY[0])
+        if summary is not None:
+            self._hello["driver"] = _search(_DRIVER, summary)
+            self._hello["cuda"] = _search(_CUDA, summary)
+        self._hello["topology"] = outputs.get(_TOPOLOGY[0])
+        self._send_hello()
+
+    def _send_hello(self) -> None:
+        self._greeting_until = None
+        self._out.send("hello", **self._hello)
+        self._last_tick = self._next_tick = time.monotonic()
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Until stdin ends or a ``stop`` comes."""
+        self.greet()
+        while True:
+            wake = self._next_tick if self._greeting_until is None else self._greeting_until
+            try:
+                event = self._events.get(timeout=max(0.0, wake - time.monotonic()))
+            except queue.Empty:
+                if self._greeting_until is not None:
+                    self._send_hello()  # without what nvidia-smi did not say in time
+                else:
+                    self._tick()
+                continue
+            if event[0] == "eof":
+                return
+            if event[0] == "line" and self._command(event[1]) == "stop":
+                return
+            if event[0] == "smi":
+                self._smi_done(*event[1:])
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+        if self._nvml is not None:
+            self._nvml.shutdown()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        self._last_tick = self._next_tick
+        self._next_tick += self._interval
+        if self._next_tick <= now:  # fell behind (a stopped process): skip, do not burst
+            self._next_tick = now + self._interval
+        self._seq += 1
+        if self._sim is not None:
+            now = time.time()
+            gpus, processes = self._sim.read(now)
+            self._send_reading(now, gpus=gpus, processes=processes)
+        elif self._nvml is not None:
+            self._nvml_tick()
+        else:
+            self._smi_tick()
+
+    def _send_reading(self, stamp: float, **fields: object) -> None:
+        self._out.send("reading", seq=self._seq, time=stamp, **fields)
+
+    def _error(self, message: str) -> None:
+        self._out.send("error", time=time.time(), message=clipped(" ".join(message.split())))
+
+    def _nvml_tick(self) -> None:
+        try:
+            gpus, processes = self._nvml.read()
+        except Unavailable as error:
+            self._error(f"NVML: {error}")
+            return
+        self._send_reading(time.time(), gpus=gpus, processes=processes)
+
+    def _smi_tick(self) -> None:
+        if self._runner.busy:
+            self._error(self._runner.waiting_message())
+            return
+        gpu_fields, apps_fields = self._options.gpu_fields, self._options.apps_fields
+        gpu_query = ["nvidia-smi", "--query-gpu=" + ",".join(gpu_fields), _CSV_FORMAT]
+        apps_query = ["nvidia-smi", "--query-compute-apps=" + ",".join(apps_fields), _CSV_FORMAT]
+        self._runner.submit(
+            ("reading", self._seq, time.time()),
+            [(_GPU_QUERY, gpu_query), (_APPS_QUERY, apps_query)],
+        )
+
+    def _smi_done(self, tag: object, outputs: dict[str, str], error: str | None) -> None:
+        if tag == "hello":
+            if self._greeting_until is not None:
+                self._hello_answered(outputs)
+            return
+        if error is not None:
+            self._error(error)
+            return
+        _, seq, stamp = tag
+        apps_fields = self._options.apps_fields
+        processes = []
+        for pid in pids_in(outputs[_APPS_QUERY], apps_fields):
+            details = process_details(pid)
+            details["pid"] = pid
+            processes.append(details)
+        self._out.send(
+            "reading",
+            seq=seq,
+            time=stamp,
+            gpu_csv=outputs[_GPU_QUERY],
+            gpu_fields=self._options.gpu_fields,
+            apps_csv=outputs[_APPS_QUERY],
+            apps_fields=apps_fields,
+            processes=processes,
+        )
+
+    # --- commands --------------------------------------------------------------------------
+
+    def _command(self, line: bytes) -> str | None:
+        """Act on one stdin line; "stop" when the agent should leave."""
+        try:
+            command = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            return None
+        if not isinstance(command, dict):
+            return None
+        request = command.get("id")
+        if not _whole_number(request):
+            request = None
+        try:
+            if command.get("v", PROTOCOL_VERSION) != PROTOCOL_VERSION:
+                raise BadCommand(f"protocol version {command['v']!r}, not {PROTOCOL_VERSION}")
+            name = command.get("cmd")
+            if name == "signal" and request is None:
+                return None  # a signal is always answered: without an id it is malformed
+            if name == "stop":
+                return "stop"
+            if name == "interval":
+                self._set_interval(interval_of(command))
+                ok, message = True, f"interval set to {self._interval:g} s"
+            elif name == "signal":
+                ok, message = send_signal(*signal_of(command))
+            else:
+                raise BadCommand(f"unknown command {name!r}")
+        except BadCommand as error:
+            ok, message = False, str(error)
+        if request is not None:
+            self._out.send("reply", id=request, ok=ok, message=clipped(message))
+        return None
+
+    def _set_interval(self, seconds: float) -> None:
+        self._interval = seconds
+        if self._greeting_until is None:
+            self._next_tick = max(self._last_tick + seconds, time.monotonic())
+
+
+def read_commands(stdin, events: queue.Queue) -> None:
+    """Put each stdin line on the queue, then ``("eof",)``; an overlong line is skipped."""
+    try:
+        while True:
+            line = stdin.readline(MAX_COMMAND_LINE)
+            if not line:
+                break
+            if not line.endswith(b"\n") and len(line) == MAX_COMMAND_LINE:
+                while line and not line.endswith(b"\n"):
+                    line = stdin.readline(MAX_COMMAND_LINE)
+                continue
+            events.put(("line", line))
+    except (OSError, ValueError):
+        pass
+    events.put(("eof",))
+
+
+def _interval(text: str) -> float:
+    value = float(text)
+    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"{text} is outside {MIN_INTERVAL_S:g} ... {MAX_INTERVAL_S:g} s"
+        )
+    return value
+
+
+def _field_list(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def parse_options(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=MARKER, description="gpuconsole's telemetry agent")
+    parser.add_argument("--interval", type=_interval, default=1.0, help="seconds per tick")
+    parser.add_argument("--mode", choices=MODES, default="auto")
+    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs (sim mode)")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per nvidia-smi call")
+    parser.add_argument("--gpu-fields", type=_field_list, default=[], help="--query-gpu fields")
+    parser.add_argument("--apps-fields", type=_field_list, default=[])
+    options = parser.parse_args(argv)
+    if not 1 <= options.gpus <= 1024:
+        parser.error("--gpus must be between 1 and 1024")
+    if not 0 < options.timeout <= 600:
+        parser.error("--timeout must be between 0 and 600 s")
+    return options
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == MARKER:
+        argv = argv[1:]
+    options = parse_options(argv)
+    events: queue.Queue = queue.Queue()
+    try:
+        agent = Agent(options, events, Output(sys.stdout.fileno()))
+    except Unavailable as error:
+        sys.stderr.write(f"{MARKER}: {error}\n")
+        return 1
+    reader = threading.Thread(
+        target=read_commands, args=(sys.stdin.buffer, events), name="stdin", daemon=True
+    )
+    reader.start()
+    try:
+        agent.run()
+    except OSError:  # stdout is gone: the console left
+        pass
+    finally:
+        agent.close()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    # Not sys.exit: the stdin thread may be blocked in a read that finalization would wait for.
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,512 @@
+"""The console's side of the agent protocol (docs/agent-protocol.md): the remote command that
+starts the agent, and `AgentStream`, which turns the agent's lines into typed events.
+
+Every line is checked before it is believed: a line that is not what the protocol says is
+counted, with one line saying why, and dropped; nothing an agent (or whatever answers in its
+place) prints can raise here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TypeAlias
+
+from gpuconsole.clock import Clock, wall_clock
+from gpuconsole.model import (
+    EccCounts,
+    GpuProcess,
+    GpuState,
+    HostSnapshot,
+    PcieLink,
+    RowRemap,
+    Topology,
+)
+from gpuconsole.telemetry.containers import container_of
+from gpuconsole.telemetry.nvml.mapping import compute_mode_name, pstate_name, throttle_codes
+from gpuconsole.telemetry.smi.query import (
+    QUERY_COMPUTE_APPS_FIELDS,
+    QUERY_GPU_FIELDS,
+    gpu_index_map,
+    parse_compute_apps_csv,
+    parse_query_gpu_csv,
+)
+from gpuconsole.telemetry.smi.topo import parse_topo_m
+from gpuconsole.telemetry.smi.values import SmiParseError
+
+PROTOCOL_VERSION = 1
+AGENT_MARKER = "gpuconsole-agent"
+MODES = ("auto", "nvml", "smi", "sim")
+MAX_LINE_CHARS = 1 << 20
+"""The longest line accepted; a longer one is dropped as malformed."""
+MAX_TEXT_CHARS = 4096
+"""Strings kept from a line (names, commands, messages) are cut to this length."""
+DEFAULT_SMI_TIMEOUT_S = 5.0
+
+_AGENT_PATH = Path(__file__).with_name("agent.py")
+_AGENT_MODES = {"nvml", "smi", "sim"}
+_EXCERPT = 80
+
+
+def agent_script() -> bytes:
+    """The agent's source, sent over the channel's stdin."""
+    return _AGENT_PATH.read_bytes()
+
+
+def agent_command(
+    script_length: int,
+    interval: float,
+    mode: str = "auto",
+    gpus: int = 8,
+    timeout: float = DEFAULT_SMI_TIMEOUT_S,
+) -> str:
+    """The one-line remote command: the agent under the host's python3, or, where there is no
+    python3, nvidia-smi streaming its CSV (``-lms``). ``timeout`` bounds each nvidia-smi call."""
+    if script_length <= 0:
+        raise ValueError(f"script length {script_length} is not a size")
+    if not 0.1 <= interval <= 3600:
+        raise ValueError(f"interval {interval:g} s is outside 0.1 ... 3600 s")
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if not 1 <= gpus <= 1024:
+        raise ValueError(f"{gpus} simulated GPUs is outside 1 ... 1024")
+    if not 0 < timeout <= 600:
+        raise ValueError(f"nvidia-smi timeout {timeout:g} s is outside 0 ... 600 s")
+    bootstrap = (
+        f'import sys;exec(compile(sys.stdin.buffer.read({script_length}),"{AGENT_MARKER}","exec"))'
+    )
+    gpu_fields = ",".join(QUERY_GPU_FIELDS)
+    arguments = [
+        AGENT_MARKER,
+        "--interval",
+        f"{interval:g}",
+        "--mode",
+        mode,
+        "--gpus",
+        str(gpus),
+        "--timeout",
+        f"{timeout:g}",
+        "--gpu-fields",
+        gpu_fields,
+        "--apps-fields",
+        ",".join(QUERY_COMPUTE_APPS_FIELDS),
+    ]
+    python = shlex.join(["exec", "python3", "-u", "-c", bootstrap, *arguments])
+    stream = shlex.join(
+        [
+            "exec",
+            "nvidia-smi",
+            f"--query-gpu={gpu_fields}",
+            "--format=csv,noheader,nounits",
+            "-lms",
+            str(max(1, round(interval * 1000))),
+        ]
+    )
+    return f"if command -v python3 >/dev/null 2>&1; then {python}; else {stream}; fi"
+
+
+def encode_command(command: Mapping[str, object]) -> bytes:
+    """One command for the agent's stdin, e.g. ``{"cmd": "interval", "seconds": 2}``, as a
+    newline-terminated JSON line carrying the protocol version."""
+    return (json.dumps({"v": PROTOCOL_VERSION, **command}, separators=(",", ":")) + "\n").encode()
+
+
+# --- events --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The agent's first line: who it is and what it reads with."""
+
+    agent_pid: int | None
+    hostname: str | None
+    mode: str
+    driver_version: str | None
+    cuda_version: str | None
+    topology: Topology | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One tick's reading; ``sent_at`` is the host's clock, the snapshot's time the console's."""
+
+    snapshot: HostSnapshot
+    sent_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentError:
+    """A tick without a reading, and why."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The agent's answer to the command sent with ``request_id``."""
+
+    request_id: int
+    ok: bool
+    message: str
+
+
+Event: TypeAlias = Hello | Reading | AgentError | Reply
+
+
+# --- checked access to one JSON object -----------------------------------------------------------
+
+
+class _Malformed(ValueError):
+    """A line that does not follow the protocol; the message says how."""
+
+
+class _Fields:
+    """One JSON object's fields, each read with its type checked; ``where`` names the object in
+    the reasons given."""
+
+    def __init__(self, data: object, where: str) -> None:
+        if not isinstance(data, dict):
+            raise _Malformed(f"{where} is not an object")
+        self._data = data
+        self._where = where
+
+    def _get(self, key: str, required: bool) -> object:
+        value = self._data.get(key)
+        if value is None and required:
+            raise _Malformed(f"{self._where} has no {key}")
+        return value
+
+    def _wrong(self, key: str, value: object, meaning: str) -> _Malformed:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        return _Malformed(f"{self._where} {key} is {shown}, not {meaning}")
+
+    def number(self, key: str, required: bool = False) -> float | None:
+        value = self._get(key, required)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._wrong(key, value, "a number")
+        if not math.isfinite(value):
+            raise self._wrong(key, value, "a finite number")
+        return float(value)
+
+    def integer(self, key: str, required: bool = False) -> int | None:
+        value = self._get(key, required)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._wrong(key, value, "a whole number")
+        return value
+
+    def text(self, key: str, required: bool = False, limit: int = MAX_TEXT_CHARS) -> str | None:
+        value = self._get(key, required)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self._wrong(key, value, "a string")
+        return value[:limit]
+
+    def flag(self, key: str, required: bool = False) -> bool | None:
+        value = self._get(key, required)
+        if value is not None and not isinstance(value, bool):
+            raise self._wrong(key, value, "true or false")
+        return value
+
+    def required_integer(self, key: str) -> int:
+        value = self.integer(key, required=True)
+        assert value is not None
+        return value
+
+    def required_text(self, key: str, limit: int = MAX_TEXT_CHARS) -> str:
+        value = self.text(key, required=True, limit=limit)
+        assert value is not None
+        return value
+
+    def has(self, key: str) -> bool:
+        return key in self._data
+
+    def fields(self, key: str) -> _Fields | None:
+        value = self._get(key, False)
+        return None if value is None else _Fields(value, f"{self._where} {key}")
+
+    def list_of(self, key: str) -> list[object]:
+        value = self._get(key, True)
+        if not isinstance(value, list):
+            raise self._wrong(key, value, "a list")
+        return value
+
+    def names(self, key: str) -> list[str]:
+        names = self.list_of(key)
+        if not all(isinstance(name, str) for name in names):
+            raise _Malformed(f"{self._where} {key} is not a list of strings")
+        return names  # type: ignore[return-value]
+
+
+# --- the stream ----------------------------------------------------------------------------------
+
+
+class AgentStream:
+    """One agent run's lines, in order, as events; malformed lines are counted and dropped.
+
+    Where the host has no python3, nvidia-smi's ``-lms`` CSV arrives instead (mode
+    ``smi-stream``): one row per GPU per tick, in index order. A reading is complete when a row's
+    index is not above the previous row's (a new tick began) or, once the first tick told how
+    many GPUs there are, as soon as that many rows came: only the first reading waits a tick.
+    """
+
+    def __init__(self, host: str, clock: Clock = wall_clock) -> None:
+        self.host = host
+        self._clock = clock
+        self.malformed = 0
+        self.last_malformed: str | None = None
+        self.mode: str | None = None
+        self._hello: Hello | None = None
+        self._rows: list[GpuState] = []
+        self._gpu_count: int | None = None
+
+    def feed(self, line: str) -> Event | None:
+        """The event one line carries, or None (a malformed line, or a CSV row of a tick not
+        complete yet)."""
+        try:
+            if len(line) > MAX_LINE_CHARS:
+                raise _Malformed(f"a line of {len(line)} characters (at most {MAX_LINE_CHARS})")
+            text = line.strip()
+            if not text:
+                return None
+            if text.startswith(("{", "[")):
+                return self._message(text)
+            return self._csv_row(text)
+        except _Malformed as error:
+            self.malformed += 1
+            excerpt = line.strip()[:_EXCERPT]
+            self.last_malformed = f"{error}: {excerpt!r}"
+            return None
+
+    # --- JSON lines ----------------------------------------------------------------------------
+
+    def _message(self, text: str) -> Event:
+        try:
+            data = json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as error:
+            raise _Malformed(f"not JSON ({str(error)[:60]})") from None
+        line = _Fields(data, "the line")
+        version = line.required_integer("v")
+        if version != PROTOCOL_VERSION:
+            raise _Malformed(f"protocol version {version}, not {PROTOCOL_VERSION}")
+        kind = line.required_text("type")
+        if kind == "hello":
+            return self._hello_of(line)
+        if kind == "reading":
+            return self._reading_of(line)
+        if kind == "error":
+            line.number("time")
+            return AgentError(" ".join(line.required_text("message").split()))
+        if kind == "reply":
+            return Reply(
+                line.required_integer("id"),
+                bool(line.flag("ok", required=True)),
+                line.required_text("message"),
+            )
+        raise _Malformed(f"unknown type {kind!r}")
+
+    def _hello_of(self, line: _Fields) -> Hello:
+        mode = line.required_text("mode")
+        if mode not in _AGENT_MODES:
+            raise _Malformed(f"hello mode is {mode!r}, not nvml, smi or sim")
+        line.text("python")
+        topology_text = line.text("topology", limit=MAX_LINE_CHARS)
+        hello = Hello(
+            agent_pid=line.integer("agent_pid"),
+            hostname=line.text("hostname"),
+            mode=mode,
+            driver_version=line.text("driver"),
+            cuda_version=line.text("cuda"),
+            topology=_topology(topology_text),
+        )
+        self._hello, self.mode = hello, mode
+        return hello
+
+    def _reading_of(self, line: _Fields) -> Reading:
+        hello = self._hello
+        if hello is None:
+            raise _Malformed("a reading before the hello")
+        line.required_integer("seq")
+        sent_at = line.number("time", required=True)
+        extras = [_Fields(entry, "a process") for entry in line.list_of("processes")]
+        if line.has("gpu_csv"):
+            gpus, processes = _smi_reading(line, extras)
+        else:
+            gpus = [_gpu(_Fields(entry, "a GPU")) for entry in line.list_of("gpus")]
+            processes = [_process(entry) for entry in extras]
+        snapshot = HostSnapshot(
+            host=self.host,
+            time=self._clock(),
+            gpus=tuple(sorted(gpus, key=lambda gpu: gpu.index)),
+            processes=tuple(processes),
+            topology=hello.topology,
+            driver_version=hello.driver_version,
+            cuda_version=hello.cuda_version,
+            source=f"agent-{hello.mode}",
+        )
+        return Reading(snapshot, sent_at)
+
+    # --- the no-python3 fallback: nvidia-smi -lms CSV rows --------------------------------------
+
+    def _csv_row(self, text: str) -> Reading | None:
+        try:
+            rows = parse_query_gpu_csv(text, QUERY_GPU_FIELDS)
+        except (SmiParseError, csv.Error) as error:
+            raise _Malformed(f"neither JSON nor a row of nvidia-smi's CSV ({error})") from None
+        if len(rows) != 1:
+            raise _Malformed("neither JSON nor a row of nvidia-smi's CSV")
+        (gpu,) = rows
+        self.mode = "smi-stream"
+        reading = None
+        if self._rows and gpu.index <= self._rows[-1].index:
+            self._gpu_count = self._gpu_count or len(self._rows)
+            reading = self._stream_reading()
+        self._rows.append(gpu)
+        if self._gpu_count is not None and len(self._rows) >= self._gpu_count:
+            # On a one-GPU host this row completes a tick just as the previous one was closed:
+            # the newer reading is the one worth passing on.
+            reading = self._stream_reading()
+        return reading
+
+    def _stream_reading(self) -> Reading:
+        gpus, self._rows = tuple(self._rows), []
+        return Reading(HostSnapshot(self.host, self._clock(), gpus, source="smi-stream"), None)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _topology(text: str | None) -> Topology | None:
+    """The hello's ``topo -m`` text read; None where there is none or it cannot be read (the
+    readings are worth having without it)."""
+    if text is None:
+        return None
+    try:
+        return parse_topo_m(text)
+    except (SmiParseError, ValueError, IndexError):
+        return None
+
+
+def _gpu(gpu: _Fields) -> GpuState:
+    """An nvml- or sim-mode GPU entry, NVML's codes turned into the model's words."""
+    mask = gpu.integer("throttle_mask")
+    return GpuState(
+        index=gpu.required_integer("index"),
+        name=gpu.text("name"),
+        uuid=gpu.text("uuid"),
+        pci_bus_id=gpu.text("pci_bus_id"),
+        utilization_pct=gpu.number("utilization_pct"),
+        memory_utilization_pct=gpu.number("memory_utilization_pct"),
+        memory_used_mib=gpu.number("memory_used_mib"),
+        memory_total_mib=gpu.number("memory_total_mib"),
+        temperature_c=gpu.number("temperature_c"),
+        slowdown_temperature_c=gpu.number("slowdown_temperature_c"),
+        power_w=gpu.number("power_w"),
+        power_limit_w=gpu.number("power_limit_w"),
+        sm_clock_mhz=gpu.number("sm_clock_mhz"),
+        sm_clock_max_mhz=gpu.number("sm_clock_max_mhz"),
+        memory_clock_mhz=gpu.number("memory_clock_mhz"),
+        memory_clock_max_mhz=gpu.number("memory_clock_max_mhz"),
+        pstate=pstate_name(gpu.integer("pstate")),
+        fan_pct=gpu.number("fan_pct"),
+        throttle_reasons=None if mask is None else throttle_codes(mask),
+        ecc=_ecc(gpu.fields("ecc")),
+        remap=_remap(gpu.fields("remap")),
+        pcie=_pcie(gpu.fields("pcie")),
+        persistence_mode=gpu.flag("persistence_mode"),
+        compute_mode=compute_mode_name(gpu.integer("compute_mode")),
+        mig_mode=gpu.flag("mig_mode"),
+        lost=bool(gpu.flag("lost")),
+    )
+
+
+def _ecc(ecc: _Fields | None) -> EccCounts | None:
+    if ecc is None:
+        return None
+    counts = EccCounts(
+        volatile_corrected=ecc.integer("volatile_corrected"),
+        volatile_uncorrected=ecc.integer("volatile_uncorrected"),
+        aggregate_corrected=ecc.integer("aggregate_corrected"),
+        aggregate_uncorrected=ecc.integer("aggregate_uncorrected"),
+    )
+    return None if counts == EccCounts() else counts
+
+
+def _remap(remap: _Fields | None) -> RowRemap | None:
+    if remap is None:
+        return None
+    rows = RowRemap(
+        correctable=remap.integer("correctable"),
+        uncorrectable=remap.integer("uncorrectable"),
+        pending=remap.flag("pending"),
+        failure=remap.flag("failure"),
+    )
+    return None if rows == RowRemap() else rows
+
+
+def _pcie(pcie: _Fields | None) -> PcieLink | None:
+    if pcie is None:
+        return None
+    link = PcieLink(
+        gen=pcie.integer("gen"),
+        width=pcie.integer("width"),
+        max_gen=pcie.integer("max_gen"),
+        max_width=pcie.integer("max_width"),
+    )
+    return None if link == PcieLink(None, None, None, None) else link
+
+
+def _container(process: _Fields) -> str | None:
+    cgroup = process.text("cgroup", limit=MAX_LINE_CHARS)
+    return None if cgroup is None else container_of(cgroup)
+
+
+def _process(process: _Fields) -> GpuProcess:
+    """An nvml- or sim-mode process entry."""
+    process.integer("start_time")
+    return GpuProcess(
+        pid=process.required_integer("pid"),
+        gpu=process.required_integer("gpu"),
+        used_memory_mib=process.number("used_memory_mib"),
+        user=process.text("user"),
+        command=process.text("command"),
+        kind=process.text("kind") or "compute",
+        container=_container(process),
+        mig_instance=process.integer("mig_instance"),
+    )
+
+
+def _smi_reading(line: _Fields, extras: list[_Fields]) -> tuple[list[GpuState], list[GpuProcess]]:
+    """An smi-mode reading: nvidia-smi's CSV parsed as a local nvidia-smi's would be, its
+    processes joined by pid with what the agent read in /proc."""
+    gpu_csv = line.required_text("gpu_csv", limit=MAX_LINE_CHARS)
+    apps_csv = line.required_text("apps_csv", limit=MAX_LINE_CHARS)
+    try:
+        gpus = parse_query_gpu_csv(gpu_csv, line.names("gpu_fields"))
+        apps = parse_compute_apps_csv(apps_csv, gpu_index_map(gpus), line.names("apps_fields"))
+    except (SmiParseError, csv.Error) as error:
+        raise _Malformed(f"unreadable nvidia-smi CSV ({error})") from None
+    by_pid = {extra.required_integer("pid"): extra for extra in extras}
+    processes = []
+    for app in apps:
+        extra = by_pid.get(app.pid)
+        if extra is not None:
+            extra.integer("start_time")
+            app = replace(
+                app,
+                user=extra.text("user"),
+                command=extra.text("command") or app.command,
+                container=_container(extra),
+            )
+        processes.append(app)
+    return gpus, processes
