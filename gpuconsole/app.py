@@ -6,6 +6,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
+from gpuconsole.actions.processes import ProcessSignals
 from gpuconsole.poller import Reading, collect, ingest, prime
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.commands import ConsoleCommands
@@ -37,12 +38,14 @@ class GpuConsoleApp(App[None]):
         theme: str = DEFAULT_THEME,
         auto_poll: bool = True,
         history_seconds: int = 120,
-        local_hosts: frozenset[str] = frozenset(),
+        signals: ProcessSignals | None = None,
     ) -> None:
         super().__init__()
         self.source = source
-        self.local_hosts = local_hosts
-        """Hosts whose processes live on this machine, so that they can be signalled."""
+        if signals is None and isinstance(source, ProcessSignals):
+            signals = source
+        self.signals = signals
+        """Who can signal which host's processes; None: no host's (the demo)."""
         self.label = label
         self.refresh_seconds = refresh
         self.auto_poll = auto_poll

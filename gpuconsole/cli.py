@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING
 from gpuconsole import __version__
 
 if TYPE_CHECKING:
+    from gpuconsole.hosts.inventory import Inventory
+    from gpuconsole.hosts.source import SshSource
+    from gpuconsole.model import HostSnapshot
+    from gpuconsole.telemetry import Source
     from gpuconsole.telemetry.sim import SimSource
 
 DESCRIPTION = """\
@@ -32,12 +36,22 @@ EPILOG = """\
 examples:
   gpuconsole --demo                  a simulated rack of six hosts with faults on
   gpuconsole --demo --demo-hosts 64  a 64-host simulated rack
-  gpuconsole                         this host's GPUs (NVML, else nvidia-smi)
+  gpuconsole                         this host's GPUs (NVML, else nvidia-smi) and the
+                                     inventory's hosts, if there is an inventory
+  gpuconsole --hosts gpu01,ops@gpu02:2222   watch these hosts over SSH
+  gpuconsole hosts check --json      connect to every inventory host once, say how each is
+  gpuconsole snapshot --host gpu01   one SSH host's readings and findings
   gpuconsole snapshot --json         this host's readings and findings as JSON
   gpuconsole triage --from dump.xml  findings of a saved `nvidia-smi -q -x` (or -q) dump
 
 exit codes of snapshot and triage: 0 healthy, 1 warnings, 2 critical findings,
-3 nothing to read (no driver, an unreadable dump).
+3 nothing to read (no driver, an unreadable dump, an unreachable host).
+exit codes of hosts check: 0 every host live, 1 a live host differs from the inventory
+(GPU count), 2 a host is not live; a bad inventory exits 2 with one line naming file and line.
+
+The inventory is --hosts, else --inventory FILE, else $GPUCONSOLE_INVENTORY, else
+~/.config/gpuconsole/hosts.toml where it exists. SSH uses ~/.ssh/config, the SSH agent and
+~/.ssh/known_hosts: an unknown host key is refused, a changed one is refused loudly.
 """
 
 EXIT_UNREADABLE = 3
@@ -52,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuconsole {__version__}")
     _add_demo_options(parser)
+    _add_inventory_options(parser)
     parser.add_argument(
         "--refresh",
         type=_positive_float,
@@ -71,13 +86,38 @@ def build_parser() -> argparse.ArgumentParser:
         "snapshot", help="print this host's readings and findings once, then exit"
     )
     snapshot.add_argument("--json", action="store_true", help="print JSON instead of text")
+    snapshot.add_argument(
+        "--host", metavar="NAME", help="read this inventory host over SSH instead of this host"
+    )
     _add_demo_options(snapshot)
+    _add_inventory_options(snapshot)
     triage = commands.add_parser(
         "triage", help="findings of a saved nvidia-smi dump (-q -x XML or -q text)"
     )
     triage.add_argument("--from", dest="dump", required=True, type=Path, metavar="FILE")
     triage.add_argument("--json", action="store_true", help="print JSON instead of text")
+    hosts = commands.add_parser("hosts", help="the SSH hosts of the inventory")
+    hosts_commands = hosts.add_subparsers(dest="hosts_command", metavar="COMMAND", required=True)
+    check = hosts_commands.add_parser(
+        "check", help="connect to each host once; print name, state, reason and GPU count"
+    )
+    check.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_inventory_options(check)
     return parser
+
+
+def _add_inventory_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hosts",
+        metavar="LIST",
+        help="SSH hosts to watch, comma-separated: name, user@name, name:port",
+    )
+    parser.add_argument(
+        "--inventory",
+        type=Path,
+        metavar="FILE",
+        help="the hosts.toml to read (default: $GPUCONSOLE_INVENTORY, else the XDG config dir)",
+    )
 
 
 def _add_demo_options(parser: argparse.ArgumentParser) -> None:
@@ -129,11 +169,72 @@ def _fail(message: str) -> int:
     return EXIT_UNREADABLE
 
 
+class _Refused(Exception):
+    """A command cannot start; the message is the one line to print, the code the exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_UNREADABLE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _inventory(args: argparse.Namespace) -> Inventory | None:
+    """The hosts of --hosts, else of --inventory, else of the default file where it exists."""
+    from gpuconsole.hosts.inventory import (
+        InventoryError,
+        default_inventory_path,
+        hosts_from_option,
+        load_inventory,
+    )
+
+    try:
+        if args.hosts is not None:
+            return hosts_from_option(args.hosts)
+        path = args.inventory or default_inventory_path()
+        if args.inventory is None and not path.exists():
+            return None
+        return load_inventory(path)
+    except InventoryError as error:
+        raise _Refused(str(error), code=2) from None
+
+
+def _ssh_source(inventory: Inventory, refresh: float) -> SshSource:
+    from gpuconsole.hosts.source import SshSource
+    from gpuconsole.hosts.supervisor import Supervisor
+
+    return SshSource(Supervisor(inventory.hosts, interval=refresh))
+
+
+def _console_source(args: argparse.Namespace) -> tuple[Source, str]:
+    """What the console watches: the demo, or this host's GPUs and the inventory's hosts."""
+    from gpuconsole.hosts.source import FleetSource
+    from gpuconsole.telemetry import SourceError
+    from gpuconsole.telemetry.local import local_source
+
+    if args.demo:
+        return _demo_source(args), "demo rack"
+    inventory = _inventory(args)
+    try:
+        local: Source | None = local_source()
+    except SourceError as error:
+        if inventory is None:
+            raise _Refused(f"no local GPU telemetry: {error}. Try `gpuconsole --demo`.") from None
+        local = None
+    if inventory is None:
+        assert local is not None
+        return FleetSource(local, None), "this host"
+    remote = _ssh_source(inventory, args.refresh)
+    try:
+        source = FleetSource(local, remote)
+    except SourceError as error:
+        remote.close()
+        raise _Refused(str(error), code=2) from None
+    count = len(source.hosts)
+    return source, f"{count} host{'s' if count != 1 else ''} ({inventory.source})"
+
+
 def run_console(args: argparse.Namespace) -> int:
     # Textual is imported here, not at the top: scripts running a subcommand never load it.
     from gpuconsole.app import GpuConsoleApp
-    from gpuconsole.telemetry import SourceError
-    from gpuconsole.telemetry.local import local_source
     from gpuconsole.themes import DEFAULT_THEME, THEMES
 
     theme = args.theme or DEFAULT_THEME
@@ -141,31 +242,60 @@ def run_console(args: argparse.Namespace) -> int:
         known = ", ".join(sorted(THEMES))
         print(f"gpuconsole: unknown theme {theme!r} (known: {known})", file=sys.stderr)
         return 2
-    if args.demo:
-        source, label, local = _demo_source(args), "demo rack", frozenset[str]()
-    else:
-        try:
-            source = local_source()
-        except SourceError as error:
-            return _fail(f"no local GPU telemetry: {error}. Try `gpuconsole --demo`.")
-        label, local = "this host", frozenset(source.hosts)
-    app = GpuConsoleApp(source, label=label, refresh=args.refresh, theme=theme, local_hosts=local)
-    app.run()
+    source, label = _console_source(args)
+    app = GpuConsoleApp(source, label=label, refresh=args.refresh, theme=theme)
+    try:
+        app.run()
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
     return 0
+
+
+def _snapshot_of(args: argparse.Namespace) -> HostSnapshot:
+    """One reading: of the demo, of an inventory host over SSH (--host), or of this host."""
+    from gpuconsole.telemetry import SourceError
+    from gpuconsole.telemetry.local import local_source
+
+    if args.host is None:
+        try:
+            source = _demo_source(args) if args.demo else local_source()
+            return source.read(source.hosts[0])
+        except SourceError as error:
+            raise _Refused(
+                f"cannot read this host: {error}. Try `gpuconsole snapshot --demo`."
+            ) from None
+    inventory = _inventory(args)
+    if inventory is None:
+        raise _Refused(
+            f"--host {args.host}: no inventory (give --hosts or --inventory, or write hosts.toml)",
+            code=2,
+        )
+    try:
+        entry = inventory.get(args.host)
+    except KeyError as error:
+        raise _Refused(str(error.args[0]), code=2) from None
+    from gpuconsole.hosts.source import SshSource
+    from gpuconsole.hosts.supervisor import Supervisor
+
+    remote = SshSource(Supervisor([entry]))
+    try:
+        remote.settle(entry.connect_timeout + 5.0)
+        try:
+            return remote.read(entry.name)
+        except SourceError as error:
+            raise _Refused(f"cannot read {entry.name}: {error}") from None
+    finally:
+        remote.close()
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
     from gpuconsole import health
     from gpuconsole.cli_output import findings_text, snapshot_text
     from gpuconsole.jsonout import exit_code, snapshot_dict
-    from gpuconsole.telemetry import SourceError
-    from gpuconsole.telemetry.local import local_source
 
-    try:
-        source = _demo_source(args) if args.demo else local_source()
-        snapshot = source.read(source.hosts[0])
-    except SourceError as error:
-        return _fail(f"cannot read this host: {error}. Try `gpuconsole snapshot --demo`.")
+    snapshot = _snapshot_of(args)
     findings = health.evaluate(snapshot)
     if args.json:
         print(json.dumps(snapshot_dict(snapshot, findings), indent=2))
@@ -173,6 +303,24 @@ def run_snapshot(args: argparse.Namespace) -> int:
         print(snapshot_text(snapshot))
         print(findings_text(findings))
     return exit_code(findings)
+
+
+def run_hosts_check(args: argparse.Namespace) -> int:
+    from gpuconsole.hosts.check import check_hosts, exit_code, results_text
+
+    inventory = _inventory(args)
+    if inventory is None:
+        raise _Refused(
+            "no inventory: give --hosts or --inventory, or write hosts.toml "
+            "(see `gpuconsole --help`)",
+            code=2,
+        )
+    results = check_hosts(inventory)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        print(results_text(results))
+    return exit_code(results)
 
 
 def run_triage(args: argparse.Namespace) -> int:
@@ -211,8 +359,17 @@ def run_triage(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    runners = {None: run_console, "snapshot": run_snapshot, "triage": run_triage}
-    return runners[args.command](args)
+    runners = {
+        None: run_console,
+        "snapshot": run_snapshot,
+        "triage": run_triage,
+        "hosts": run_hosts_check,
+    }
+    try:
+        return runners[args.command](args)
+    except _Refused as refused:
+        print(f"gpuconsole: {refused}", file=sys.stderr)
+        return refused.code
 
 
 if __name__ == "__main__":

@@ -136,6 +136,8 @@ def host_state_finding(host: str, state: HostState, reason: str | None) -> Findi
     if texts is None:
         return None
     severity, code, what, remediation = texts
+    if reason:
+        reason = reason.removeprefix(f"{host}: ")  # sources name the host; say it once
     message = f"{host}: {what}" + (f" ({reason})" if reason else "")
     return Finding(severity, code, message, remediation.format(host=host), host=host)
 

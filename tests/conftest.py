@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+from sshd import Sshd
+from standin import write_standin_smi
 
 from gpuconsole.app import GpuConsoleApp
 from gpuconsole.clock import ManualClock
@@ -39,3 +44,22 @@ def make_app(rack: SimRack, clock: ManualClock) -> Callable[..., GpuConsoleApp]:
         return GpuConsoleApp(SimSource(rack, clock), auto_poll=False, **options)  # type: ignore[arg-type]
 
     return make
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in nvidia-smi directory, and the flag file that makes it hang."""
+    directory = tmp_path / "remote-bin"
+    directory.mkdir()
+    hang = tmp_path / "hang"
+    write_standin_smi(directory, gpus=8, hang_flag=hang)
+    return directory, hang
+
+
+@pytest.fixture
+def sshd(tmp_path: Path, standin: tuple[Path, Path]) -> Iterator[Sshd]:
+    """A private sshd on 127.0.0.1 whose sessions find the stand-in nvidia-smi first on PATH."""
+    path = f"{standin[0]}:{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin"
+    server = Sshd(tmp_path / "sshd", env={"PATH": path}).start()
+    yield server
+    server.kill()

@@ -10,7 +10,7 @@ import sys
 import pytest
 from static_source import StaticSource
 
-from gpuconsole.actions.processes import describe, signal_process
+from gpuconsole.actions.processes import LocalSignals, describe, signal_process
 from gpuconsole.app import GpuConsoleApp
 from gpuconsole.audit import AUDIT_ENV
 from gpuconsole.model import GpuProcess, GpuState, HostSnapshot
@@ -72,7 +72,7 @@ async def test_confirmed_terminate_from_the_host_screen(sleeper, audit_log) -> N
     gpu = GpuState(index=0, name="NVIDIA H200", utilization_pct=50.0)
     process = gpu_process(sleeper.pid, " ".join(SLEEPER))
     source = StaticSource(HostSnapshot("here", 1000.0, (gpu,), processes=(process,)))
-    app = GpuConsoleApp(source, auto_poll=False, local_hosts=frozenset({"here"}))
+    app = GpuConsoleApp(source, auto_poll=False, signals=LocalSignals({"here"}))
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(HostScreen("here"))
         await pilot.pause()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import psutil
 
@@ -20,6 +22,28 @@ from gpuconsole.model import GpuProcess
 class SignalResult:
     sent: bool
     message: str
+
+
+@runtime_checkable
+class ProcessSignals(Protocol):
+    """Who can signal the processes of which hosts: this machine its own, an agent its host's."""
+
+    def can_signal(self, host: str) -> bool: ...
+
+    def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult: ...
+
+
+class LocalSignals:
+    """Signals for the hosts whose processes run on this machine."""
+
+    def __init__(self, hosts: Iterable[str]) -> None:
+        self._hosts = frozenset(hosts)
+
+    def can_signal(self, host: str) -> bool:
+        return host in self._hosts
+
+    def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
+        return signal_process(process, sig, host)
 
 
 def describe(process: GpuProcess) -> str:

@@ -6,14 +6,14 @@ import signal
 import time
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.events import Resize
 from textual.widgets import DataTable, Footer, Static
 
-from gpuconsole.actions.processes import describe, signal_process
+from gpuconsole.actions.processes import ProcessSignals, describe
 from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, MigInstance
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.confirm import ConfirmScreen
@@ -330,9 +330,10 @@ class HostScreen(ConsoleScreen):
         if process is None:
             self.notify("select a process first: Tab to the process list", severity="warning")
             return
-        if self.host not in self.console.local_hosts:
+        signals = self.console.signals
+        if signals is None or not signals.can_signal(self.host):
             self.notify(
-                f"{self.host}: its processes are not on this machine; nothing sent",
+                f"{self.host}: its processes cannot be signalled from here; nothing sent",
                 severity="warning",
             )
             return
@@ -340,11 +341,20 @@ class HostScreen(ConsoleScreen):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                result = signal_process(process, sig, self.host)
-                self.notify(result.message, severity="information" if result.sent else "error")
+                self._send_signal(signals, process, sig)
 
         question = f"Send {sig.name} to this process on {self.host}?"
         self.app.push_screen(ConfirmScreen(question, describe(process)), answered)
+
+    @work(thread=True, exit_on_error=False, group="signal", description="signal a process")
+    def _send_signal(
+        self, signals: ProcessSignals, process: GpuProcess, sig: signal.Signals
+    ) -> None:
+        """Off the UI thread: a remote host's agent may take seconds to answer."""
+        result = signals.signal(self.host, process, sig)
+        self.app.call_from_thread(
+            self.notify, result.message, severity="information" if result.sent else "error"
+        )
 
     def action_other_host(self, step: int) -> None:
         hosts = self.store.hosts

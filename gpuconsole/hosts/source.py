@@ -1,0 +1,136 @@
+"""SSH hosts as a telemetry source, and the source that mixes them with the local host.
+
+The supervisor is asyncio; the console's polling and the headless commands call sources from
+threads. `SshSource` runs the supervisor on an event loop of its own, in a daemon thread, so
+that neither a slow host nor the UI can hold the other up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from gpuconsole import audit
+from gpuconsole.actions.processes import SignalResult, signal_process
+from gpuconsole.hosts.supervisor import Supervisor
+from gpuconsole.model import GpuProcess, HostSnapshot
+from gpuconsole.telemetry import Source, SourceError
+
+_STOP_TIMEOUT_S = 10.0
+_T = TypeVar("_T")
+
+
+class SshSource:
+    """Readings of SSH hosts, streamed by their agents; see `Supervisor`."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ssh-fleet", daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(self.supervisor.start)
+        self._loop.call_soon(self._started.set)
+        self._loop.run_forever()
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self.supervisor.hosts
+
+    def read(self, host: str) -> HostSnapshot:
+        return self.supervisor.take(host)
+
+    def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
+        return []
+
+    def settle(self, timeout: float) -> None:
+        """Block until every host has a reading or has failed once (or ``timeout``)."""
+        self._call(self.supervisor.settled(timeout), timeout + 1.0)
+
+    def can_signal(self, host: str) -> bool:
+        return host in self.supervisor.hosts
+
+    def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
+        """Signal a process on the host through its agent, with the same pid-reuse guard as the
+        local action; the attempt goes to the audit log."""
+        command = {
+            "cmd": "signal",
+            "pid": process.pid,
+            "signal": sig.name.removeprefix("SIG"),
+            "command": process.command or "",
+        }
+        reply = self._call(self.supervisor.request(host, command), _STOP_TIMEOUT_S)
+        result = SignalResult(reply.ok, reply.message)
+        audit.record(
+            "signal-process",
+            host=host,
+            pid=process.pid,
+            signal=sig.name,
+            command=process.command,
+            sent=result.sent,
+            result=result.message,
+        )
+        return result
+
+    def close(self) -> None:
+        """Stop every agent and connection, then the loop and its thread."""
+        if not self._loop.is_running():
+            return
+        try:
+            self._call(self.supervisor.stop(), _STOP_TIMEOUT_S)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(_STOP_TIMEOUT_S)
+
+    def _call(self, coroutine: Coroutine[Any, Any, _T], timeout: float) -> _T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+
+class FleetSource:
+    """The local host (when it has GPUs) and SSH hosts as one source, hosts in that order."""
+
+    def __init__(self, local: Source | None, remote: SshSource | None) -> None:
+        self._local = local
+        self._remote = remote
+        local_hosts = local.hosts if local is not None else ()
+        remote_hosts = remote.hosts if remote is not None else ()
+        clash = set(local_hosts) & set(remote_hosts)
+        if clash:
+            name = sorted(clash)[0]
+            raise SourceError(
+                f"{name}: the local host has the name of an inventory host; rename it there"
+            )
+        self._owner: dict[str, Source] = {}
+        for source, names in ((local, local_hosts), (remote, remote_hosts)):
+            for name in names:
+                self._owner[name] = source  # type: ignore[assignment]
+        self._hosts: tuple[str, ...] = (*local_hosts, *remote_hosts)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self._hosts
+
+    def read(self, host: str) -> HostSnapshot:
+        return self._owner[host].read(host)
+
+    def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
+        return self._owner[host].backfill(host, seconds)
+
+    def can_signal(self, host: str) -> bool:
+        return host in self._owner
+
+    def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
+        if self._remote is not None and self._owner[host] is self._remote:
+            return self._remote.signal(host, process, sig)
+        return signal_process(process, sig, host)
+
+    def close(self) -> None:
+        if self._remote is not None:
+            self._remote.close()

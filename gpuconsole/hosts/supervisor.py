@@ -1,0 +1,340 @@
+"""The fleet supervisor: one asyncio task per SSH host that connects, runs the agent, keeps it
+running, and survives what hosts and links do.
+
+Per host: connect (at most ``max_connecting`` attempts at once, so a rack coming back does not
+storm the bastion), start the agent over the connection, read its lines. An agent that exits or
+falls silent is restarted on the same connection; a lost connection makes the host `down` with
+the reason and is retried with exponential backoff and jitter. A refused host key or a refused
+login is not retried by itself: both need a person (`reconnect` asks again).
+
+The supervisor keeps, per host, the newest reading not yet taken: `take` hands it to the fleet
+store once, so that a tick without a new reading counts as a miss there (stale after 3).
+`take` may be called from another thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import asyncssh
+
+from gpuconsole.clock import Clock, wall_clock
+from gpuconsole.hosts.inventory import HostEntry
+from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.model import HostSnapshot, HostState
+from gpuconsole.telemetry import SourceError
+from gpuconsole.telemetry.wire import (
+    AgentError,
+    AgentStream,
+    Event,
+    Hello,
+    Reading,
+    Reply,
+    agent_command,
+    agent_script,
+    encode_command,
+)
+
+# States that no retry can mend: a person must act, then ask for a reconnect.
+NEEDS_A_PERSON = frozenset({HostState.AUTH_FAILED, HostState.HOST_KEY_MISMATCH})
+REPLY_TIMEOUT_S = 5.0
+_STDERR_TAIL = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with jitter: ``initial × factor^attempt``, capped, ± ``jitter``."""
+
+    initial: float = 1.0
+    maximum: float = 60.0
+    factor: float = 2.0
+    jitter: float = 0.2
+
+    def delay(self, attempt: int, draw: Callable[[], float] = random.random) -> float:
+        base = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
+        return base * (1.0 - self.jitter + 2.0 * self.jitter * draw())
+
+
+@dataclass
+class HostLink:
+    """One host's stream as the supervisor sees it. Mutated on the supervisor's loop only."""
+
+    entry: HostEntry
+    state: HostState = HostState.CONNECTING
+    reason: str | None = None
+    pending: HostSnapshot | None = None
+    """The newest reading not yet taken."""
+    latest: HostSnapshot | None = None
+    last_error: str | None = None
+    """The agent's reason for the last tick without a reading, until the next reading."""
+    hello: Hello | None = None
+    malformed: int = 0
+    agent_starts: int = 0
+    connects: int = 0
+    process: asyncssh.SSHClientProcess[bytes] | None = None
+    replies: dict[int, asyncio.Future[Reply]] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+
+class Supervisor:
+    """Watches a set of SSH hosts until `stop`; see the module's docstring."""
+
+    def __init__(
+        self,
+        entries: Sequence[HostEntry],
+        settings: SshSettings | None = None,
+        *,
+        interval: float = 1.0,
+        agent_mode: str = "auto",
+        agent_gpus: int = 8,
+        script: bytes | None = None,
+        backoff: Backoff | None = None,
+        max_connecting: int = 16,
+        silence_ticks: int = 10,
+        clock: Clock = wall_clock,
+        on_reading: Callable[[str, Reading], None] | None = None,
+    ) -> None:
+        self._links = {entry.name: HostLink(entry) for entry in entries}
+        self._settings = settings or SshSettings()
+        self._interval = interval
+        self._mode = agent_mode
+        self._gpus = agent_gpus
+        self._script = agent_script() if script is None else script
+        self._backoff = backoff or Backoff()
+        self._max_connecting = max_connecting
+        self._silence_ticks = silence_ticks
+        self._clock = clock
+        self._on_reading = on_reading
+        self._lock = threading.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._request_ids = itertools.count(1)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(self._links)
+
+    def link(self, host: str) -> HostLink:
+        return self._links[host]
+
+    # --- life -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start one task per host on the running loop."""
+        connecting = asyncio.Semaphore(self._max_connecting)
+        self._tasks = [
+            asyncio.create_task(self._watch(link, connecting), name=f"watch {link.name}")
+            for link in self._links.values()
+        ]
+
+    async def stop(self) -> None:
+        """Stop every host in a fixed order: ask agents to stop, cancel, await the tasks."""
+        for link in self._links.values():
+            if link.process is not None:
+                with contextlib.suppress(Exception):
+                    link.process.stdin.write(encode_command({"cmd": "stop"}))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    def reconnect(self, host: str) -> None:
+        """Try the host again now (after a person fixed its key or login, say)."""
+        self._links[host].wake.set()
+
+    async def settled(self, timeout: float) -> None:
+        """Wait until every host has a reading or has failed once, or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(
+                link.latest is not None or link.state is not HostState.CONNECTING
+                for link in self._links.values()
+            ):
+                return
+            await asyncio.sleep(0.05)
+
+    # --- what the fleet store takes ------------------------------------------------------------
+
+    def take(self, host: str) -> HostSnapshot:
+        """The newest reading not taken yet; `SourceError` (with the state when known) if none."""
+        link = self._links[host]
+        with self._lock:
+            if link.state is not HostState.LIVE:
+                raise SourceError(link.reason or f"{host}: {link.state.value}", state=link.state)
+            snapshot, link.pending = link.pending, None
+        if snapshot is None:
+            raise SourceError(link.last_error or f"{host}: no new reading from the agent")
+        return snapshot
+
+    # --- commands ---------------------------------------------------------------------------
+
+    async def request(self, host: str, command: dict[str, object]) -> Reply:
+        """Send a command that the agent answers; a `Reply` with ok False if it cannot be sent."""
+        link = self._links[host]
+        process = link.process
+        if process is None or link.hello is None:
+            return Reply(0, False, f"{host}: no agent is running there now")
+        request_id = next(self._request_ids)
+        answer: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        link.replies[request_id] = answer
+        try:
+            process.stdin.write(encode_command({**command, "id": request_id}))
+            return await asyncio.wait_for(answer, REPLY_TIMEOUT_S)
+        except (asyncio.TimeoutError, TimeoutError):
+            return Reply(
+                request_id, False, f"{host}: the agent did not answer within {REPLY_TIMEOUT_S:g} s"
+            )
+        except (asyncssh.Error, OSError, BrokenPipeError) as error:
+            return Reply(request_id, False, f"{host}: the command could not be sent ({error})")
+        finally:
+            link.replies.pop(request_id, None)
+
+    def set_interval(self, seconds: float) -> None:
+        """Change every agent's tick (and the one new agents start with)."""
+        self._interval = seconds
+        command = encode_command({"cmd": "interval", "seconds": seconds})
+        for link in self._links.values():
+            if link.process is not None:
+                with contextlib.suppress(Exception):
+                    link.process.stdin.write(command)
+
+    # --- one host -----------------------------------------------------------------------------
+
+    def _set(self, link: HostLink, state: HostState, reason: str | None) -> None:
+        with self._lock:
+            link.state, link.reason = state, reason
+            if state is not HostState.LIVE:
+                link.pending = None
+
+    async def _watch(self, link: HostLink, connecting: asyncio.Semaphore) -> None:
+        attempt = 0
+        while True:
+            try:
+                async with connecting:
+                    connection = await connect(link.entry, self._settings)
+            except ConnectFailure as failure:
+                if failure.state in NEEDS_A_PERSON:
+                    self._set(link, failure.state, failure.reason)
+                    await link.wake.wait()
+                    link.wake.clear()
+                    attempt = 0
+                    continue
+                attempt = await self._pause(link, failure.reason, attempt)
+                continue
+            attempt = 0
+            link.connects += 1
+            if link.state is not HostState.LIVE:
+                self._set(link, link.state, f"{link.name}: connected, starting the agent")
+            async with connection:
+                reason = await self._run_agents(link, connection)
+            attempt = await self._pause(link, f"{link.name}: {reason}", attempt)
+
+    async def _pause(self, link: HostLink, reason: str, attempt: int) -> int:
+        """Mark the host down and wait out the backoff (or a reconnect); the next attempt."""
+        self._set(link, HostState.DOWN, reason)
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(link.wake.wait(), self._backoff.delay(attempt))
+        link.wake.clear()
+        return attempt + 1
+
+    async def _run_agents(self, link: HostLink, connection: asyncssh.SSHClientConnection) -> str:
+        """Run the agent until the connection ends, restarting it when it exits; why it ended."""
+        failures = 0
+        while True:
+            try:
+                exit_reason, produced = await self._run_agent(link, connection)
+            except (asyncssh.Error, OSError) as error:
+                return f"connection lost ({_reason(error)})"
+            if connection.is_closed():
+                return f"connection lost ({exit_reason})"
+            failures = 0 if produced else failures + 1
+            with self._lock:
+                link.last_error = f"{link.name}: agent {exit_reason}; restarting it"
+            await asyncio.sleep(self._backoff.delay(failures) if failures else 0.0)
+
+    async def _run_agent(
+        self, link: HostLink, connection: asyncssh.SSHClientConnection
+    ) -> tuple[str, bool]:
+        """One run of the agent: why it ended, and whether it gave any reading."""
+        command = agent_command(len(self._script), self._interval, self._mode, self._gpus)
+        process = await connection.create_process(command, encoding=None)
+        link.agent_starts += 1
+        process.stdin.write(self._script)
+        stream = AgentStream(link.name, self._clock)
+        link.process = process
+        produced = False
+        try:
+            while True:
+                silence = max(self._silence_ticks * self._interval, 10.0)
+                try:
+                    line = await asyncio.wait_for(process.stdout.readline(), silence)
+                except (asyncio.TimeoutError, TimeoutError):
+                    return f"silent for {silence:g} s", produced
+                if not line:
+                    break
+                event = stream.feed(line.decode("utf-8", "replace"))
+                link.malformed = stream.malformed
+                produced = self._handle(link, event) or produced
+        finally:
+            link.process = None
+            link.hello = None
+            for answer in link.replies.values():
+                if not answer.done():
+                    answer.set_result(Reply(0, False, f"{link.name}: the agent exited"))
+            process.close()
+        return await _exit_reason(process), produced
+
+    def _handle(self, link: HostLink, event: Event | None) -> bool:
+        """Apply one event; True for a reading."""
+        if isinstance(event, Reading):
+            with self._lock:
+                link.pending = link.latest = event.snapshot
+                link.last_error = None
+                link.state, link.reason = HostState.LIVE, None
+            if self._on_reading is not None:
+                self._on_reading(link.name, event)
+            return True
+        if isinstance(event, Hello):
+            link.hello = event
+        elif isinstance(event, AgentError):
+            with self._lock:
+                link.last_error = f"{link.name}: {event.message}"
+        elif isinstance(event, Reply):
+            answer = link.replies.get(event.request_id)
+            if answer is not None and not answer.done():
+                answer.set_result(event)
+        return False
+
+
+async def _exit_reason(process: asyncssh.SSHClientProcess[bytes]) -> str:
+    """'exited with status 1: <its last stderr line>' or 'killed by signal KILL'."""
+    stderr = b""
+    with contextlib.suppress(asyncio.TimeoutError, TimeoutError, asyncssh.Error, OSError):
+        stderr = await asyncio.wait_for(process.stderr.read(_STDERR_TAIL), 1.0)
+        await asyncio.wait_for(process.wait_closed(), 1.0)
+    last = next(
+        (ln.strip() for ln in reversed(stderr.decode("utf-8", "replace").splitlines()) if ln),
+        "",
+    )
+    if process.exit_signal is not None:
+        how = f"killed by signal {process.exit_signal[0]}"
+    elif process.exit_status is not None:
+        how = f"exited with status {process.exit_status}"
+    else:
+        how = "stopped"
+    return f"{how}: {last[:160]}" if last else how
+
+
+def _reason(error: BaseException) -> str:
+    text = getattr(error, "reason", None) or str(error) or type(error).__name__
+    return str(text)

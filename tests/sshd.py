@@ -1,0 +1,144 @@
+"""A private OpenSSH sshd on 127.0.0.1 for tests and benchmarks: real keys, real protocol.
+
+Each instance has its own host key, listens on a free loopback port and accepts one generated
+client key. `home` is a directory laid out as a user's home (`.ssh/id_ed25519`, `known_hosts`,
+`config`) so that code reading `~/.ssh` finds this server when HOME points there.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
+
+
+def sshd_available() -> bool:
+    return Path(SSHD).exists() and Path(SSH_KEYGEN).exists()
+
+
+def keygen(path: Path, comment: str = "gpuconsole-test") -> Path:
+    """A new ed25519 key pair at ``path`` (and ``path``.pub), without a passphrase."""
+    subprocess.run(
+        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+    )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Sshd:
+    """One sshd; `start`, `kill` (the listener and every session) and `start` again."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        port: int | None = None,
+        client_key: Path | None = None,
+    ) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.host_key = keygen(directory / "host_ed25519", "host")
+        self.home = directory / "home"
+        ssh_dir = self.home / ".ssh"
+        ssh_dir.mkdir(parents=True, exist_ok=True)
+        self.client_key = client_key or keygen(ssh_dir / "id_ed25519")
+        authorized = directory / "authorized_keys"
+        authorized.write_text(Path(f"{self.client_key}.pub").read_text())
+        self.known_hosts = ssh_dir / "known_hosts"
+        self.trust(self.host_key)
+        self.config = directory / "sshd_config"
+        settings = {
+            "Port": str(self.port),
+            "ListenAddress": "127.0.0.1",
+            "HostKey": str(self.host_key),
+            "AuthorizedKeysFile": str(authorized),
+            "PasswordAuthentication": "no",
+            "KbdInteractiveAuthentication": "no",
+            "UsePAM": "no",
+            "StrictModes": "no",
+            "PermitRootLogin": "prohibit-password",
+            "PidFile": "none",
+            "LogLevel": "ERROR",
+            "MaxStartups": "200",
+            "MaxSessions": "20",
+        }
+        lines = [f"{key} {value}" for key, value in settings.items()]
+        if env:
+            lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
+        self.config.write_text("\n".join(lines) + "\n")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def trust(self, host_key: Path) -> None:
+        """Make known_hosts list ``host_key`` (and only it) for this server."""
+        public = Path(f"{host_key}.pub").read_text().split()
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {public[0]} {public[1]}\n")
+
+    def start(self) -> Sshd:
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation directory
+        self.process = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(self.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.directory / "sshd.log", "ab"),  # noqa: SIM115 - the child keeps it
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log = (self.directory / "sshd.log").read_text(errors="replace")
+                raise RuntimeError(f"sshd exited at start: {log.strip()[-400:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"sshd did not listen on port {self.port} within 10 s")
+
+    def kill(self) -> None:
+        """Kill the listener and every session it forked: every connection drops at once."""
+        if self.process is None:
+            return
+        try:
+            children = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        self.process.kill()
+        self.process.wait()
+        for child in children:
+            try:
+                if child.name().startswith("sshd"):
+                    child.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.process = None
+
+    def ssh_config(self, names: list[str] | None = None) -> Path:
+        """Write ``home/.ssh/config`` with a Host alias per name, all pointing at this server."""
+        config = self.home / ".ssh" / "config"
+        blocks = [
+            f"Host {name}\n  HostName 127.0.0.1\n  Port {self.port}\n  User {_user()}\n"
+            f"  IdentityFile {self.client_key}\n"
+            for name in names or ["gpu-test"]
+        ]
+        config.write_text("".join(blocks))
+        return config
+
+
+def _user() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name

@@ -1,0 +1,133 @@
+"""`gpuconsole hosts check`, `snapshot --host` and the console's fleet screen on real SSH hosts.
+
+The commands run as a user runs them: a subprocess whose HOME holds `~/.ssh/config` (Host
+aliases), the key and known_hosts, against the test sshd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sshd import Sshd, free_port, sshd_available
+
+from gpuconsole.app import GpuConsoleApp
+from gpuconsole.hosts.inventory import hosts_from_option
+from gpuconsole.hosts.source import FleetSource, SshSource
+from gpuconsole.hosts.ssh import SshSettings
+from gpuconsole.hosts.supervisor import Backoff, Supervisor
+from gpuconsole.model import HostState
+from gpuconsole.screens.fleet import FleetScreen
+
+pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
+
+
+def gpuconsole(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("SSH_AUTH_SOCK", None)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuconsole", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def home(sshd: Sshd) -> Path:
+    """A home whose ~/.ssh/config names the test sshd `gpu-test` and a closed port `gpu-off`."""
+    config = sshd.ssh_config(["gpu-test"])
+    closed = free_port()
+    with config.open("a") as more:
+        more.write(f"Host gpu-off\n  HostName 127.0.0.1\n  Port {closed}\n  ConnectTimeout 3\n")
+    return sshd.home
+
+
+def test_hosts_check_reports_each_host_by_name_from_ssh_config(home: Path) -> None:
+    done = gpuconsole(home, "hosts", "check", "--json", "--hosts", "gpu-test,gpu-off")
+    assert done.returncode == 2, done.stderr
+    results = {r["name"]: r for r in json.loads(done.stdout)}
+    assert results["gpu-test"] == {"name": "gpu-test", "state": "live", "reason": None, "gpus": 8}
+    assert results["gpu-off"]["state"] == "down"
+    assert "connection refused" in results["gpu-off"]["reason"]
+    assert results["gpu-off"]["gpus"] is None
+
+
+def test_hosts_check_flags_a_gpu_count_that_differs_from_the_inventory(
+    home: Path, tmp_path: Path
+) -> None:
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text("[hosts.gpu-test]\ngpus = 4\n")
+    done = gpuconsole(home, "hosts", "check", "--inventory", str(inventory))
+    assert done.returncode == 1, done.stderr
+    assert "8 GPUs found, the inventory expects 4" in done.stdout
+
+
+def test_snapshot_of_a_remote_host(home: Path) -> None:
+    done = gpuconsole(home, "snapshot", "--json", "--hosts", "gpu-test", "--host", "gpu-test")
+    assert done.returncode in (0, 1, 2), done.stderr
+    snapshot = json.loads(done.stdout)
+    assert snapshot["host"] == "gpu-test"
+    assert snapshot["source"] == "agent-smi"
+    assert len(snapshot["gpus"]) == 8
+
+
+def test_snapshot_of_an_unreachable_host_is_one_line(home: Path) -> None:
+    done = gpuconsole(home, "snapshot", "--hosts", "gpu-off", "--host", "gpu-off")
+    assert done.returncode == 3
+    assert done.stderr.count("\n") == 1
+    assert "gpu-off" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_bad_inventory_names_file_and_line(home: Path, tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text("[hosts.gpu-test]\nport = 0\n")
+    done = gpuconsole(home, "hosts", "check", "--inventory", str(inventory))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"gpuconsole: {inventory}:2:")
+    assert done.stdout == ""
+
+
+def test_hosts_check_without_an_inventory_says_how_to_give_one(home: Path) -> None:
+    done = gpuconsole(home, "hosts", "check")
+    assert done.returncode == 2
+    assert "no inventory" in done.stderr
+
+
+async def test_the_fleet_screen_shows_an_ssh_host_live_then_down(sshd: Sshd) -> None:
+    host = hosts_from_option(f"127.0.0.1:{sshd.port}").hosts[0]
+    settings = SshSettings(
+        known_hosts=sshd.known_hosts, client_keys=(sshd.client_key,), config_files=()
+    )
+    supervisor = Supervisor(
+        [host], settings, interval=0.2, agent_mode="sim", backoff=Backoff(0.2, 1.0)
+    )
+    source = FleetSource(None, SshSource(supervisor))
+    app = GpuConsoleApp(source, label="test rack", refresh=0.2)
+    name = host.name
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            assert isinstance(app.screen, FleetScreen)
+            await _until(pilot, lambda: app.store.status(name).state is HostState.LIVE)
+            assert app.store.latest(name) is not None
+            sshd.kill()
+            await _until(pilot, lambda: app.store.status(name).state is HostState.DOWN)
+            assert "connection lost" in (app.store.status(name).reason or "")
+            await pilot.press("s")  # the UI still answers while the host is down
+            await pilot.pause()
+    finally:
+        source.close()
+
+
+async def _until(pilot, condition, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.1)
