@@ -8,6 +8,8 @@ that neither a slow host nor the UI can hold the other up.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import signal
 import threading
 from collections.abc import Coroutine
@@ -84,7 +86,10 @@ class SshSource:
         if not self._loop.is_running():
             return
         try:
-            self._call(self.supervisor.stop(), _STOP_TIMEOUT_S)
+            # Past the timeout the connections are still closing; the daemon thread ends with
+            # the process.
+            with contextlib.suppress(TimeoutError, concurrent.futures.TimeoutError):
+                self._call(self.supervisor.stop(), _STOP_TIMEOUT_S)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(_STOP_TIMEOUT_S)

@@ -78,6 +78,7 @@ class HostLink:
     malformed: int = 0
     agent_starts: int = 0
     connects: int = 0
+    connection: asyncssh.SSHClientConnection | None = None
     process: asyncssh.SSHClientProcess[bytes] | None = None
     replies: dict[int, asyncio.Future[Reply]] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -137,15 +138,19 @@ class Supervisor:
             for link in self._links.values()
         ]
 
-    async def stop(self) -> None:
-        """Stop every host in a fixed order: ask agents to stop, cancel, await the tasks."""
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop every host in a fixed order: ask agents to stop, close the connections (their
+        agents then see their stdin close), cancel the tasks and await them (``timeout``)."""
         for link in self._links.values():
             if link.process is not None:
                 with contextlib.suppress(Exception):
                     link.process.stdin.write(encode_command({"cmd": "stop"}))
+            if link.connection is not None:
+                link.connection.close()
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=timeout)
         self._tasks = []
 
     def reconnect(self, host: str) -> None:
@@ -235,8 +240,12 @@ class Supervisor:
             link.connects += 1
             if link.state is not HostState.LIVE:
                 self._set(link, link.state, f"{link.name}: connected, starting the agent")
-            async with connection:
-                reason = await self._run_agents(link, connection)
+            link.connection = connection
+            try:
+                async with connection:
+                    reason = await self._run_agents(link, connection)
+            finally:
+                link.connection = None
             attempt = await self._pause(link, f"{link.name}: {reason}", attempt)
 
     async def _pause(self, link: HostLink, reason: str, attempt: int) -> int:
