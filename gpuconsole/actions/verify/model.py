@@ -1,0 +1,164 @@
+"""What a verification is made of: probes (commands run on a host), their outputs, checks that
+judge those outputs, and the results with their evidence and remedy.
+
+A check never runs anything itself: it names the probes it needs and judges their `Output`s.
+The runner runs each distinct probe once per host, so tests can judge recorded outputs and a
+rack of hosts runs the same commands once each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from gpuconsole.hosts.inventory import HostEntry
+
+
+class Status(str, Enum):
+    """A check's verdict; ordered by `rank` so the worst of several can be found."""
+
+    PASS = "pass"
+    SKIP = "skip"
+    WARN = "warn"
+    FAIL = "fail"
+
+    @property
+    def rank(self) -> int:
+        return {"pass": 0, "skip": 0, "warn": 1, "fail": 2}[self.value]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A shell command run on the host (through `sh -c`), with its own timeout."""
+
+    name: str
+    command: str
+    timeout: float = 15.0
+    heavy: bool = False
+    """Loads the host (a bandwidth or disk test): run alone, after the light probes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """What a probe printed. ``exit_code`` is None when it did not finish (timed out)."""
+
+    command: str
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def timed_out(self) -> bool:
+        return self.exit_code is None
+
+    @property
+    def missing(self) -> bool:
+        """The program is not installed (the shell's 127, or its 'not found' words)."""
+        return self.exit_code == 127 or "command not found" in self.stderr
+
+    def lines(self, limit: int = 6) -> tuple[str, ...]:
+        """The first non-empty lines of stdout, else of stderr: the evidence worth showing."""
+        text = self.stdout if self.stdout.strip() else self.stderr
+        return tuple(line.rstrip() for line in text.splitlines() if line.strip())[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a check may know besides its probes' outputs."""
+
+    host: str
+    expected_gpus: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A judge's answer: status, one-line summary, the lines that matter, and the remedy."""
+
+    status: Status
+    summary: str
+    evidence: tuple[str, ...] = ()
+    remediation: str | None = None
+
+
+Evidence = Mapping[str, Output]
+Judge = Callable[[Evidence, Context], Verdict]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One verification: a stable kebab-case id, what it checks, its probes and its judge."""
+
+    id: str
+    title: str
+    probes: tuple[Probe, ...]
+    judge: Judge
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check's result on one host, with the commands it ran."""
+
+    id: str
+    title: str
+    status: Status
+    summary: str
+    commands: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    remediation: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "status": self.status.value,
+            "summary": self.summary,
+            "evidence": {"commands": list(self.commands), "lines": list(self.evidence)},
+            "remediation": self.remediation,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HostReport:
+    """Every check's result on one host, or why the host could not be verified at all."""
+
+    host: str
+    checks: tuple[CheckResult, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> Status:
+        if self.error is not None:
+            return Status.FAIL
+        return max((c.status for c in self.checks), key=lambda s: s.rank, default=Status.PASS)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "host": self.host,
+            "status": self.status.value,
+            "error": self.error,
+            "seconds": round(self.seconds, 2),
+            "checks": [c.as_dict() for c in self.checks],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A host to verify: this machine (``entry`` None) or an inventory host over SSH."""
+
+    name: str
+    entry: HostEntry | None = None
+    context: Context = field(default_factory=lambda: Context("localhost"))
+
+
+@runtime_checkable
+class TargetFinder(Protocol):
+    """How to reach a host of the fleet to verify it: None for one that cannot be (simulated)."""
+
+    def verify_target(self, host: str) -> Target | None: ...
