@@ -54,7 +54,7 @@ def run_command(argv: Sequence[str], timeout: float) -> tuple[int, str, str]:
 
 
 # nvidia-smi's exit codes (its man page, "RETURN VALUE"; shared/reference/gpu-facts.md).
-_EXIT_CODES = {
+EXIT_CODES = {
     2: "invalid argument",
     3: "operation not available on the GPU",
     4: "permission denied",
@@ -70,11 +70,11 @@ _EXIT_CODES = {
 }
 
 
-def _exit_meaning(code: int) -> str:
+def exit_meaning(code: int) -> str:
     if code < 0:
         return f"killed by signal {-code}"
-    if code in _EXIT_CODES:
-        return _EXIT_CODES[code]
+    if code in EXIT_CODES:
+        return EXIT_CODES[code]
     return f"killed by signal {code - 128}" if 128 < code < 255 else "unknown exit code"
 
 
@@ -149,7 +149,7 @@ class SmiSource:
         if code != 0:
             detail = _first_line(stderr, stdout)
             raise SourceError(
-                f"{self._host}: {command} exited with {code} ({_exit_meaning(code)})"
+                f"{self._host}: {command} exited with {code} ({exit_meaning(code)})"
                 + (f": {detail}" if detail else "")
             )
         return stdout
