@@ -7,6 +7,7 @@ from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.processes import ProcessSignals
+from gpuconsole.actions.verify.model import TargetFinder
 from gpuconsole.poller import Reading, collect, ingest, prime
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.commands import ConsoleCommands
@@ -46,6 +47,8 @@ class GpuConsoleApp(App[None]):
             signals = source
         self.signals = signals
         """Who can signal which host's processes; None: no host's (the demo)."""
+        self.targets = source if isinstance(source, TargetFinder) else None
+        """How to reach hosts to verify them; None: none can be (the demo)."""
         self.label = label
         self.refresh_seconds = refresh
         self.auto_poll = auto_poll
@@ -97,6 +100,20 @@ class GpuConsoleApp(App[None]):
         changed = ingest(self.store, readings)
         if changed and isinstance(self.screen, ConsoleScreen):
             self.screen.refresh_view(changed)
+
+    def verify(self, hosts: list[str]) -> None:
+        """Open the verification screen on those of ``hosts`` that can be reached."""
+        from gpuconsole.screens.verify import VerifyScreen
+
+        found = [self.targets.verify_target(h) for h in hosts] if self.targets else []
+        targets = [t for t in found if t is not None]
+        if not targets:
+            self.notify(
+                "nothing to verify: simulated hosts have no shell to run the checks in",
+                severity="warning",
+            )
+            return
+        self.push_screen(VerifyScreen(targets))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from gpuconsole import __version__
 
 if TYPE_CHECKING:
+    from gpuconsole.actions.verify.model import Target
     from gpuconsole.hosts.inventory import Inventory
     from gpuconsole.hosts.source import SshSource
     from gpuconsole.model import HostSnapshot
@@ -41,11 +42,14 @@ examples:
   gpuconsole --hosts gpu01,ops@gpu02:2222   watch these hosts over SSH
   gpuconsole hosts check --json      connect to every inventory host once, say how each is
   gpuconsole snapshot --host gpu01   one SSH host's readings and findings
+  gpuconsole verify                  check this host's driver, CUDA, frameworks, PCIe, disks
+  gpuconsole verify --all --json     the same on every inventory host, concurrently
   gpuconsole snapshot --json         this host's readings and findings as JSON
   gpuconsole triage --from dump.xml  findings of a saved `nvidia-smi -q -x` (or -q) dump
 
 exit codes of snapshot and triage: 0 healthy, 1 warnings, 2 critical findings,
 3 nothing to read (no driver, an unreadable dump, an unreachable host).
+exit codes of verify: 0 every check passed, 1 warnings, 2 failures or an unreachable host.
 exit codes of hosts check: 0 every host live, 1 a live host differs from the inventory
 (GPU count), 2 a host is not live; a bad inventory exits 2 with one line naming file and line.
 
@@ -103,6 +107,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_inventory_options(check)
+    verify = commands.add_parser(
+        "verify",
+        help="check hosts' GPU stack (driver, CUDA, frameworks, PCIe, NVLink, disks): "
+        "evidence and a fix for every problem",
+    )
+    verify.add_argument(
+        "targets",
+        nargs="*",
+        metavar="HOST",
+        help="inventory hosts or groups to verify (default: this host; 'local' is this host)",
+    )
+    verify.add_argument("--all", action="store_true", help="every host of the inventory")
+    verify.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_inventory_options(verify)
     return parser
 
 
@@ -357,6 +375,63 @@ def run_triage(args: argparse.Namespace) -> int:
     return exit_code(findings)
 
 
+LOCAL_NAMES = frozenset({"local", "localhost"})
+
+
+def _verify_targets(args: argparse.Namespace) -> list[Target]:
+    """This host, and the inventory hosts or groups named (or all of them with --all)."""
+    import socket
+
+    from gpuconsole.actions.verify.model import Context, Target
+
+    names: list[str] = list(args.targets)
+    if not names and not args.all:
+        names = ["local"]
+    wanted = [n for n in names if n not in LOCAL_NAMES]
+    targets = []
+    if len(wanted) < len(names):
+        here = socket.gethostname()
+        targets.append(Target(here, None, Context(here)))
+    if not wanted and not args.all:
+        return targets
+    inventory = _inventory(args)
+    if inventory is None:
+        raise _Refused(
+            f"{wanted[0] if wanted else '--all'}: no inventory (give --hosts or --inventory, "
+            "or write hosts.toml)",
+            code=2,
+        )
+    groups = inventory.groups()
+    chosen: list[str] = [h.name for h in inventory.hosts] if args.all else []
+    for name in wanted:
+        if name in groups:
+            chosen.extend(groups[name])
+        else:
+            try:
+                chosen.append(inventory.get(name).name)
+            except KeyError as error:
+                raise _Refused(str(error.args[0]), code=2) from None
+    for name in dict.fromkeys(chosen):
+        entry = inventory.get(name)
+        targets.append(Target(name, entry, Context(name, entry.expected_gpus)))
+    return targets
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from gpuconsole.actions.verify.checks import CHECKS
+    from gpuconsole.actions.verify.output import exit_code, reports_text
+    from gpuconsole.actions.verify.runner import verify_targets
+
+    reports = asyncio.run(verify_targets(_verify_targets(args), CHECKS))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
+    else:
+        print(reports_text(reports))
+    return exit_code(reports)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     runners = {
@@ -364,6 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "snapshot": run_snapshot,
         "triage": run_triage,
         "hosts": run_hosts_check,
+        "verify": run_verify,
     }
     try:
         return runners[args.command](args)

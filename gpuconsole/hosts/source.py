@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from gpuconsole import audit
 from gpuconsole.actions.processes import SignalResult, signal_process
+from gpuconsole.actions.verify.model import Context, Target
 from gpuconsole.hosts.supervisor import Supervisor
 from gpuconsole.model import GpuProcess, HostSnapshot
 from gpuconsole.telemetry import Source, SourceError
@@ -58,6 +59,10 @@ class SshSource:
 
     def can_signal(self, host: str) -> bool:
         return host in self.supervisor.hosts
+
+    def verify_target(self, host: str) -> Target:
+        entry = self.supervisor.link(host).entry
+        return Target(host, entry, Context(host, entry.expected_gpus))
 
     def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
         """Signal a process on the host through its agent, with the same pid-reuse guard as the
@@ -135,6 +140,11 @@ class FleetSource:
         if self._remote is not None and self._owner[host] is self._remote:
             return self._remote.signal(host, process, sig)
         return signal_process(process, sig, host)
+
+    def verify_target(self, host: str) -> Target:
+        if self._remote is not None and self._owner[host] is self._remote:
+            return self._remote.verify_target(host)
+        return Target(host, None, Context(host))
 
     def close(self) -> None:
         if self._remote is not None:

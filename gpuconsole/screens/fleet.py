@@ -84,6 +84,21 @@ class FleetScreen(ConsoleScreen):
             tooltip="by host, state, GPU model or problem",
         ),
         Binding("t", "topology", "Topology", id="fleet.topology", tooltip="how its GPUs connect"),
+        Binding(
+            "v",
+            "verify",
+            "Verify",
+            id="fleet.verify",
+            tooltip="check the host's driver, CUDA, frameworks, PCIe, disks (runs commands there)",
+        ),
+        Binding(
+            "V",
+            "verify_all",
+            "Verify all",
+            id="fleet.verify-all",
+            show=False,
+            tooltip="verify every host at once: a check × host matrix",
+        ),
         Binding("escape", "clear_filter", "Clear filter", id="fleet.clear-filter", show=False),
     ]
 
@@ -257,6 +272,14 @@ class FleetScreen(ConsoleScreen):
         target = self._cursor_host()
         if target is not None:
             self.app.push_screen(TopologyScreen(target[0]))
+
+    def action_verify(self) -> None:
+        target = self._cursor_host()
+        if target is not None:
+            self.console.verify([target[0]])
+
+    def action_verify_all(self) -> None:
+        self.console.verify(list(self.store.hosts))
 
     def action_toggle_expand(self) -> None:
         target = self._cursor_host()

@@ -74,6 +74,13 @@ class HostScreen(ConsoleScreen):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="host.back"),
         Binding("t", "topology", "Topology", id="host.topology"),
+        Binding(
+            "v",
+            "verify",
+            "Verify",
+            id="host.verify",
+            tooltip="check the host's driver, CUDA, frameworks, PCIe, disks (runs commands there)",
+        ),
         Binding("left_square_bracket", "other_host(-1)", "Prev host", id="host.prev"),
         Binding("right_square_bracket", "other_host(1)", "Next host", id="host.next"),
         Binding(
@@ -355,6 +362,9 @@ class HostScreen(ConsoleScreen):
         self.app.call_from_thread(
             self.notify, result.message, severity="information" if result.sent else "error"
         )
+
+    def action_verify(self) -> None:
+        self.console.verify([self.host])
 
     def action_other_host(self, step: int) -> None:
         hosts = self.store.hosts
