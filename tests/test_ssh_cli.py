@@ -131,3 +131,18 @@ async def _until(pilot, condition, timeout: float = 15.0) -> None:  # type: igno
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         await pilot.pause(0.1)
+
+
+@pytest.mark.parametrize(("jump", "state"), [("gpu-test", "live"), ("gpu-off", "down")])
+def test_a_host_behind_a_jump_host(
+    home: Path, sshd: Sshd, tmp_path: Path, jump: str, state: str
+) -> None:
+    """Reached through the jump host: a jump host that is down makes the host down too."""
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text(
+        f'[hosts.gpu-behind]\naddress = "127.0.0.1"\nport = {sshd.port}\njump = "{jump}"\n'
+    )
+    done = gpuconsole(home, "hosts", "check", "--json", "--inventory", str(inventory))
+    (result,) = json.loads(done.stdout)
+    assert result["state"] == state, result
+    assert done.returncode == (0 if state == "live" else 2)
