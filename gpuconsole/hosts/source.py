@@ -23,6 +23,7 @@ from gpuconsole.model import GpuProcess, HostSnapshot
 from gpuconsole.telemetry import Source, SourceError
 
 _STOP_TIMEOUT_S = 10.0
+_DRAIN_TIMEOUT_S = 2.0
 _T = TypeVar("_T")
 
 
@@ -42,6 +43,13 @@ class SshSource:
         self._loop.call_soon(self.supervisor.start)
         self._loop.call_soon(self._started.set)
         self._loop.run_forever()
+        # Whatever close() did not finish in time (connections still closing on a loaded
+        # machine) is cancelled and given a moment, so that nothing is left half-done.
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self._loop.run_until_complete(asyncio.wait(pending, timeout=_DRAIN_TIMEOUT_S))
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -97,7 +105,7 @@ class SshSource:
                 self._call(self.supervisor.stop(), _STOP_TIMEOUT_S)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(_STOP_TIMEOUT_S)
+            self._thread.join(_STOP_TIMEOUT_S + _DRAIN_TIMEOUT_S)
 
     def _call(self, coroutine: Coroutine[Any, Any, _T], timeout: float) -> _T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)

@@ -45,6 +45,7 @@ from gpuconsole.telemetry.wire import (
 # States that no retry can mend: a person must act, then ask for a reconnect.
 NEEDS_A_PERSON = frozenset({HostState.AUTH_FAILED, HostState.HOST_KEY_MISMATCH})
 REPLY_TIMEOUT_S = 5.0
+AGENT_START_TIMEOUT_S = 60.0
 _STDERR_TAIL = 4096
 
 
@@ -282,15 +283,18 @@ class Supervisor:
         stream = AgentStream(link.name, self._clock)
         link.process = process
         produced = False
+        # A host's first line can be slow (a busy host, a heavy login shell); past that, a
+        # silent agent is stuck and is restarted.
+        silence = AGENT_START_TIMEOUT_S
         try:
             while True:
-                silence = max(self._silence_ticks * self._interval, 10.0)
                 try:
                     line = await asyncio.wait_for(process.stdout.readline(), silence)
                 except (asyncio.TimeoutError, TimeoutError):
                     return f"silent for {silence:g} s", produced
                 if not line:
                     break
+                silence = max(self._silence_ticks * self._interval, 10.0)
                 event = stream.feed(line.decode("utf-8", "replace"))
                 link.malformed = stream.malformed
                 produced = self._handle(link, event) or produced
