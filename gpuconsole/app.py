@@ -115,6 +115,18 @@ class GpuConsoleApp(App[None]):
             return
         self.push_screen(VerifyScreen(targets))
 
+    def repair(self, host: str) -> None:
+        """Open the repair panel on ``host`` if it can be reached."""
+        from gpuconsole.screens.repair import RepairScreen
+
+        target = self.targets.verify_target(host) if self.targets else None
+        if target is None:
+            self.notify(
+                "nothing to repair: a simulated host has no driver to fix", severity="warning"
+            )
+            return
+        self.push_screen(RepairScreen(target))
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())

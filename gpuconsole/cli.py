@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from gpuconsole import __version__
 
 if TYPE_CHECKING:
+    from gpuconsole.actions.repair.model import Plan
     from gpuconsole.actions.verify.model import Target
     from gpuconsole.hosts.inventory import Inventory
     from gpuconsole.hosts.source import SshSource
@@ -44,11 +45,14 @@ examples:
   gpuconsole snapshot --host gpu01   one SSH host's readings and findings
   gpuconsole verify                  check this host's driver, CUDA, frameworks, PCIe, disks
   gpuconsole verify --all --json     the same on every inventory host, concurrently
+  gpuconsole repair gpu01 --dry-run  why gpu01's driver is broken, and the commands that fix it
   gpuconsole snapshot --json         this host's readings and findings as JSON
   gpuconsole triage --from dump.xml  findings of a saved `nvidia-smi -q -x` (or -q) dump
 
 exit codes of snapshot and triage: 0 healthy, 1 warnings, 2 critical findings,
 3 nothing to read (no driver, an unreadable dump, an unreachable host).
+exit codes of repair: 0 nothing wrong or all fixed, 1 causes found and nothing run,
+2 a step failed, the host still fails verification, or it could not be reached.
 exit codes of verify: 0 every check passed, 1 warnings, 2 failures or an unreachable host.
 exit codes of hosts check: 0 every host live, 1 a live host differs from the inventory
 (GPU count), 2 a host is not live; a bad inventory exits 2 with one line naming file and line.
@@ -121,6 +125,22 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--all", action="store_true", help="every host of the inventory")
     verify.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_inventory_options(verify)
+    repair = commands.add_parser(
+        "repair",
+        help="find why the NVIDIA driver does not work on a host and fix it: every command "
+        "shown first, nothing run without a yes",
+    )
+    repair.add_argument(
+        "target", nargs="?", metavar="HOST", help="an inventory host (default: this host)"
+    )
+    repair.add_argument(
+        "--dry-run", action="store_true", help="diagnose and show the plans; run nothing"
+    )
+    repair.add_argument(
+        "--yes", action="store_true", help="run the plans without asking (for scripts)"
+    )
+    repair.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_inventory_options(repair)
     return parser
 
 
@@ -432,6 +452,46 @@ def run_verify(args: argparse.Namespace) -> int:
     return exit_code(reports)
 
 
+def run_repair(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from gpuconsole.actions.repair.output import diagnosis_text, plan_text, report_text
+    from gpuconsole.actions.repair.session import repair_target
+
+    args.targets, args.all = [args.target] if args.target else [], False
+    (target,) = _verify_targets(args)
+    interactive = not args.json and sys.stdin.isatty()
+    numbers: dict[str, int] = {}
+
+    async def confirm(plan: Plan, commands: Sequence[str]) -> bool:
+        if args.yes:
+            return True
+        if not interactive:
+            print(f"{plan.title}: not run: no terminal to ask; pass --yes", file=sys.stderr)
+            return False
+        numbers[plan.cause_id] = len(numbers) + 1
+        print(plan_text(numbers[plan.cause_id], plan, tuple(commands)))
+        answer = await asyncio.to_thread(input, f"run these on {target.name}? [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+
+    def show(line: str) -> None:
+        if not args.json:
+            print(f"  {line}", flush=True)
+
+    report = asyncio.run(repair_target(target, confirm=confirm, dry_run=args.dry_run, on_line=show))
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    elif interactive and not args.dry_run and report.diagnosis is not None:
+        print(diagnosis_text(report.diagnosis))
+        for run in report.runs:
+            print(f"{run.plan.title}: {run.message}")
+        if report.after is not None:
+            print(f"verified again: {report.after.status.value}")
+    else:
+        print(report_text(report))
+    return report.exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     runners = {
@@ -440,6 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "triage": run_triage,
         "hosts": run_hosts_check,
         "verify": run_verify,
+        "repair": run_repair,
     }
     try:
         return runners[args.command](args)

@@ -81,6 +81,13 @@ class HostScreen(ConsoleScreen):
             id="host.verify",
             tooltip="check the host's driver, CUDA, frameworks, PCIe, disks (runs commands there)",
         ),
+        Binding(
+            "R",
+            "repair",
+            "Repair driver",
+            id="host.repair",
+            tooltip="diagnose a broken NVIDIA driver; each fix is shown and asked for first",
+        ),
         Binding("left_square_bracket", "other_host(-1)", "Prev host", id="host.prev"),
         Binding("right_square_bracket", "other_host(1)", "Next host", id="host.next"),
         Binding(
@@ -365,6 +372,9 @@ class HostScreen(ConsoleScreen):
 
     def action_verify(self) -> None:
         self.console.verify([self.host])
+
+    def action_repair(self) -> None:
+        self.console.repair(self.host)
 
     def action_other_host(self, step: int) -> None:
         hosts = self.store.hosts

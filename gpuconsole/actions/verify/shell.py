@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import asyncssh
@@ -19,10 +21,34 @@ _MAX_OUTPUT = 1 << 20
 _REAP_WAIT_S = 1.0
 
 
+LineSink = Callable[[str], None]
+
+
 class Shell(Protocol):
     """Runs one shell command line and returns what it printed."""
 
     async def run(self, command: str, timeout: float) -> Output: ...
+
+    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+        """Run it with stderr merged into stdout, handing each line over as it comes."""
+        ...
+
+
+async def _read_lines(
+    read_line: Callable[[], Awaitable[bytes | str]], deadline: float, on_line: LineSink
+) -> list[str]:
+    """Lines until the end or ``deadline`` (monotonic); raises TimeoutError at the deadline."""
+    lines: list[str] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        raw = await asyncio.wait_for(read_line(), left)
+        if not raw:
+            return lines
+        line = _text(raw).rstrip("\n")
+        lines.append(line)
+        on_line(line)
 
 
 class LocalShell:
@@ -48,6 +74,29 @@ class LocalShell:
             return Output(command, None, "", f"no answer within {timeout:g} s")
         return Output(command, process.returncode, _text(stdout), _text(stderr))
 
+    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+        process = await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            _PREFIX + command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        assert process.stdout is not None
+        deadline = time.monotonic() + timeout
+        try:
+            lines = await _read_lines(process.stdout.readline, deadline, on_line)
+            await asyncio.wait_for(process.wait(), max(0.1, deadline - time.monotonic()))
+        except (asyncio.TimeoutError, TimeoutError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(process.wait(), _REAP_WAIT_S)
+            return Output(command, None, "", f"no answer within {timeout:g} s")
+        return Output(command, process.returncode, "\n".join(lines))
+
 
 class SshShell:
     """A host's shell over an open asyncssh connection (one channel per command)."""
@@ -66,6 +115,25 @@ class SshShell:
             return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
         code = done.exit_status if done.exit_status is not None else 255
         return Output(command, code, _text(done.stdout), _text(done.stderr))
+
+    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+        deadline = time.monotonic() + timeout
+        try:
+            process = await self._connection.create_process(
+                _PREFIX + command, stderr=asyncssh.STDOUT, encoding=None
+            )
+        except (asyncssh.Error, OSError) as error:
+            return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
+        try:
+            lines = await _read_lines(process.stdout.readline, deadline, on_line)
+            await asyncio.wait_for(process.wait_closed(), max(0.1, deadline - time.monotonic()))
+        except (asyncio.TimeoutError, TimeoutError):
+            process.close()  # the remote command is ended with its session
+            return Output(command, None, "", f"no answer within {timeout:g} s")
+        except (asyncssh.Error, OSError) as error:
+            return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
+        code = process.exit_status if process.exit_status is not None else 255
+        return Output(command, code, "\n".join(lines))
 
 
 def _text(data: bytes | str | None) -> str:

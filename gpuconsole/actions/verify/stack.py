@@ -850,7 +850,9 @@ def _judge_kernel_headers(evidence: Evidence, context: Context) -> Verdict:
 
 
 @dataclass(frozen=True, slots=True)
-class _DkmsEntry:
+class DkmsEntry:
+    """One `dkms status` line."""
+
     module: str
     version: str
     kernel: str | None
@@ -858,7 +860,7 @@ class _DkmsEntry:
     line: str
 
 
-def _dkms_entries(output: Output) -> list[_DkmsEntry]:
+def dkms_entries(output: Output) -> list[DkmsEntry]:
     """`dkms status` lines, both "nvidia/535.129.03, 6.5.0-14-generic, x86_64: installed" (dkms
     3) and "nvidia, 470.82.00, 5.4.0-91-generic, x86_64: installed" (dkms 2)."""
     entries = []
@@ -872,7 +874,7 @@ def _dkms_entries(output: Output) -> list[_DkmsEntry]:
         if len(fields) < 2:
             continue
         kernel = fields[2] if len(fields) > 2 else None
-        entries.append(_DkmsEntry(fields[0], fields[1], kernel, state.strip(), line.strip()))
+        entries.append(DkmsEntry(fields[0], fields[1], kernel, state.strip(), line.strip()))
     return entries
 
 
@@ -883,7 +885,7 @@ def _judge_dkms(evidence: Evidence, context: Context) -> Verdict:
     if output.timed_out:
         return _no_answer(DKMS, Status.WARN, "Run `sudo dkms status` by hand.")
     kernel = evidence[probes.UNAME.name].stdout.strip()
-    nvidia = [e for e in _dkms_entries(output) if e.module.startswith("nvidia")]
+    nvidia = [e for e in dkms_entries(output) if e.module.startswith("nvidia")]
     if not nvidia:
         return Verdict(
             Status.SKIP,

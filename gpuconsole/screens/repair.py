@@ -1,0 +1,129 @@
+"""The repair panel: why a host's NVIDIA driver does not work, the plans that fix it shown
+exactly as they will run, and, after a yes for each plan, their output as it streams."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, RichLog, Static
+
+from gpuconsole.actions.repair.model import Plan
+from gpuconsole.actions.repair.output import report_text
+from gpuconsole.actions.repair.session import RepairReport, repair_target
+from gpuconsole.actions.verify.model import Target
+from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.confirm import ConfirmScreen
+
+OUTPUT_LINES = 2000
+
+
+class RepairScreen(ConsoleScreen):
+    """Diagnoses on open (a dry run: nothing changes); `x` runs the plans, each confirmed."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", id="repair.back"),
+        Binding(
+            "x",
+            "run_plans",
+            "Run the plans",
+            id="repair.run",
+            tooltip="run each plan on the host after a yes for it; output streams below",
+        ),
+        Binding("r", "diagnose", "Diagnose again", id="repair.diagnose"),
+    ]
+
+    def __init__(self, target: Target) -> None:
+        super().__init__()
+        self.target = target
+        self.report: RepairReport | None = None
+        self._busy = False
+
+    def where(self) -> str:
+        return f"repair {self.target.name}"
+
+    def compose(self) -> ComposeResult:
+        yield self.title_bar()
+        yield Static(id="repair-status", markup=False)
+        with VerticalScroll(id="repair-plan-box"):
+            yield Static(id="repair-plan", markup=False)
+        yield RichLog(id="repair-output", max_lines=OUTPUT_LINES, markup=False, wrap=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.action_diagnose()
+
+    def action_diagnose(self) -> None:
+        if self._busy:
+            return
+        self._status(f"diagnosing {self.target.name}: reading the driver's state (nothing changes)")
+        self._run_repair(dry_run=True)
+
+    def action_run_plans(self) -> None:
+        if self._busy or self.report is None or not self.report.plans:
+            self.notify("nothing to run", severity="warning")
+            return
+        self._status(f"running the plans on {self.target.name}, each after a yes")
+        self._run_repair(dry_run=False)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="repair")
+    def _run_repair(self, dry_run: bool) -> None:
+        """On a thread with its own loop: the host's commands never stall the UI."""
+        self._busy = True
+        try:
+            report = asyncio.run(
+                repair_target(
+                    self.target, confirm=self._confirm, dry_run=dry_run, on_line=self._line
+                )
+            )
+        finally:
+            self._busy = False
+        self.app.call_from_thread(self._show, report, dry_run)
+
+    async def _confirm(self, plan: Plan, commands: Sequence[str]) -> bool:
+        """Ask on the UI thread; the worker's loop waits for the answer."""
+        answered = threading.Event()
+        answer: list[bool] = []
+
+        def ask() -> None:
+            def done(yes: bool | None) -> None:
+                answer.append(bool(yes))
+                answered.set()
+
+            question = f"Run {len(commands)} command(s) on {self.target.name}: {plan.title}?"
+            detail = "\n".join(f"$ {c}" for c in commands)
+            if plan.reboot:
+                detail += "\n(then reboot the host yourself)"
+            self.app.push_screen(ConfirmScreen(question, detail), done)
+
+        self.app.call_from_thread(ask)
+        await asyncio.to_thread(answered.wait)
+        return answer[0]
+
+    def _line(self, line: str) -> None:
+        self.app.call_from_thread(self.query_one("#repair-output", RichLog).write, line)
+
+    def _show(self, report: RepairReport, dry_run: bool) -> None:
+        if report.error is None or self.report is None:
+            self.report = report
+        self.query_one("#repair-plan", Static).update(report_text(report))
+        if report.error is not None:
+            self._status(f"{self.target.name} not reached: {report.error}")
+        elif report.diagnosis is not None and report.diagnosis.healthy:
+            self._status(f"{self.target.name}: no cause found: the driver works")
+        elif dry_run:
+            self._status(f"{len(report.plans)} plan(s): x runs them, each after a yes")
+        else:
+            for run in report.runs:
+                self.query_one("#repair-output", RichLog).write(f"{run.plan.title}: {run.message}")
+            after = report.after
+            self._status("done" if after is None else f"done; verified again: {after.status.value}")
+
+    def _status(self, text: str) -> None:
+        self.query_one("#repair-status", Static).update(text)
