@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -57,9 +57,17 @@ def describe(process: GpuProcess) -> str:
     )
 
 
-def signal_process(process: GpuProcess, sig: signal.Signals, host: str) -> SignalResult:
-    """Send ``sig`` to the process if it is still the one that was read; log what happened."""
-    result = _send(process, sig)
+Sender = Callable[[GpuProcess, signal.Signals], SignalResult]
+
+
+def signal_process(
+    process: GpuProcess, sig: signal.Signals, host: str, send: Sender | None = None
+) -> SignalResult:
+    """Send ``sig`` to the process if it is still the one that was read; log what happened.
+
+    ``send`` delivers it elsewhere (a remote host's agent); by default, to this machine.
+    """
+    result = (send or _send)(process, sig)
     audit.record(
         "signal-process",
         host=host,

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from gpuconsole import audit
 from gpuconsole.actions.processes import SignalResult, signal_process
 from gpuconsole.actions.verify.model import Context, Target
 from gpuconsole.hosts.supervisor import Supervisor
@@ -75,24 +74,18 @@ class SshSource:
     def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
         """Signal a process on the host through its agent, with the same pid-reuse guard as the
         local action; the attempt goes to the audit log."""
-        command = {
-            "cmd": "signal",
-            "pid": process.pid,
-            "signal": sig.name.removeprefix("SIG"),
-            "command": process.command or "",
-        }
-        reply = self._call(self.supervisor.request(host, command), _STOP_TIMEOUT_S)
-        result = SignalResult(reply.ok, reply.message)
-        audit.record(
-            "signal-process",
-            host=host,
-            pid=process.pid,
-            signal=sig.name,
-            command=process.command,
-            sent=result.sent,
-            result=result.message,
-        )
-        return result
+
+        def through_agent(process: GpuProcess, sig: signal.Signals) -> SignalResult:
+            command = {
+                "cmd": "signal",
+                "pid": process.pid,
+                "signal": sig.name.removeprefix("SIG"),
+                "command": process.command or "",
+            }
+            reply = self._call(self.supervisor.request(host, command), _STOP_TIMEOUT_S)
+            return SignalResult(reply.ok, reply.message)
+
+        return signal_process(process, sig, host, send=through_agent)
 
     def close(self) -> None:
         """Stop every agent and connection, then the loop and its thread."""
