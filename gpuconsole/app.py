@@ -127,6 +127,28 @@ class GpuConsoleApp(App[None]):
             return
         self.push_screen(RepairScreen(target))
 
+    def benchmark(self, host: str) -> None:
+        """Ask, then run the default benchmark on ``host`` in the run panel."""
+        from gpuconsole.screens.confirm import ConfirmScreen
+        from gpuconsole.screens.run import DEFAULT_BENCHMARK, RunScreen
+
+        target = self.targets.verify_target(host) if self.targets else None
+        if target is None:
+            self.notify("a simulated host cannot run a benchmark", severity="warning")
+            return
+        spec = DEFAULT_BENCHMARK
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.push_screen(RunScreen(target, spec))
+
+        question = f"Run the {spec.preset} {spec.recipe} benchmark on {host}?"
+        detail = (
+            f"{spec.steps} steps on every GPU of {host} (about a minute, compilation included); "
+            "the GPUs are busy meanwhile. s stops it."
+        )
+        self.push_screen(ConfirmScreen(question, detail), answered)
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())

@@ -46,6 +46,9 @@ examples:
   gpuconsole verify                  check this host's driver, CUDA, frameworks, PCIe, disks
   gpuconsole verify --all --json     the same on every inventory host, concurrently
   gpuconsole repair gpu01 --dry-run  why gpu01's driver is broken, and the commands that fix it
+  gpuconsole launch resnet50 --host gpu01            the tuned resnet50 benchmark on gpu01
+  gpuconsole launch bert --gpus 4 -- --padding fixed  recipe arguments after --
+  gpuconsole bench history           earlier benchmark runs, regressions flagged
   gpuconsole snapshot --json         this host's readings and findings as JSON
   gpuconsole triage --from dump.xml  findings of a saved `nvidia-smi -q -x` (or -q) dump
 
@@ -53,6 +56,8 @@ exit codes of snapshot and triage: 0 healthy, 1 warnings, 2 critical findings,
 3 nothing to read (no driver, an unreadable dump, an unreachable host).
 exit codes of repair: 0 nothing wrong or all fixed, 1 causes found and nothing run,
 2 a step failed, the host still fails verification, or it could not be reached.
+exit codes of launch: 0 the run finished, 1 it finished more than 10 % below this host's or
+its peers' median, 2 it failed (the cause is printed, not a stack trace).
 exit codes of verify: 0 every check passed, 1 warnings, 2 failures or an unreachable host.
 exit codes of hosts check: 0 every host live, 1 a live host differs from the inventory
 (GPU count), 2 a host is not live; a bad inventory exits 2 with one line naming file and line.
@@ -141,6 +146,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repair.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_inventory_options(repair)
+    launch = commands.add_parser(
+        "launch",
+        help="run a training recipe as a benchmark (python or torchrun on a host, torchrun "
+        "across hosts, srun on a Slurm login node) and compare it with its history",
+    )
+    launch.add_argument("recipe", choices=("resnet50", "bert", "detection"))
+    launch.add_argument("--host", metavar="NAME", help="an inventory host (default: this host)")
+    launch.add_argument(
+        "--nodes", metavar="H1,H2", help="inventory hosts for one multi-node run (c10d rendezvous)"
+    )
+    launch.add_argument(
+        "--slurm",
+        type=_positive_int,
+        metavar="NODES",
+        help="the host is a Slurm login node: srun the job on this many nodes",
+    )
+    launch.add_argument(
+        "--gpus",
+        type=_positive_int,
+        metavar="N",
+        help="GPUs per host (default: all; fewer: the best-connected set)",
+    )
+    launch.add_argument("--preset", choices=("baseline", "tuned"), default="tuned")
+    launch.add_argument("--steps", type=_positive_int, metavar="N", help="measured steps")
+    launch.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_inventory_options(launch)
+    bench = commands.add_parser("bench", help="benchmark results kept by `launch`")
+    bench_commands = bench.add_subparsers(dest="bench_command", metavar="COMMAND", required=True)
+    history = bench_commands.add_parser("history", help="earlier runs, newest first, flagged")
+    history.add_argument("--host", metavar="NAME")
+    history.add_argument("--recipe", metavar="NAME")
+    history.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
@@ -492,8 +529,92 @@ def run_repair(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _launch_targets(args: argparse.Namespace) -> list[Target]:
+    if args.nodes:
+        args.targets, args.all = [n for n in args.nodes.split(",") if n], False
+        targets = _verify_targets(args)
+        if len(targets) < 2:
+            raise _Refused("--nodes: name two or more hosts", code=2)
+        return targets
+    args.targets, args.all = [args.host] if args.host else [], False
+    return _verify_targets(args)
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from gpuconsole.actions.launch.commands import LaunchError, LaunchSpec
+    from gpuconsole.actions.launch.output import result_dict, result_text, step_text
+    from gpuconsole.actions.launch.record import record_run
+    from gpuconsole.actions.launch.session import HostGpus, Launch, launch
+    from gpuconsole.bench.history import BenchHistory, HistoryError
+
+    spec = LaunchSpec(args.recipe, args.preset, args.steps, tuple(args.recipe_args))
+    targets = _launch_targets(args)
+
+    def on_plan(plan: Launch, _gpus: HostGpus) -> None:
+        if not args.json:
+            for host, command in plan.commands.items():
+                print(f"{host} ({plan.engine}): $ {command}", flush=True)
+
+    def on_event(event: dict[str, object]) -> None:
+        if not args.json and event.get("event") == "step":
+            print(step_text(event), flush=True)
+
+    try:
+        plan, gpus, result = asyncio.run(
+            launch(
+                targets,
+                spec,
+                gpus=args.gpus,
+                slurm_nodes=args.slurm,
+                on_plan=on_plan,
+                on_event=on_event,
+            )
+        )
+    except LaunchError as error:
+        raise _Refused(f"launch {args.recipe}: {error}") from None
+    try:
+        stored, judgement = record_run(BenchHistory(), result, gpus.driver)
+    except HistoryError as error:
+        print(f"gpuconsole: {error} (the result was not kept)", file=sys.stderr)
+        stored, judgement = None, None
+    if args.json:
+        print(json.dumps(result_dict(plan, result, stored, judgement), indent=2))
+    else:
+        print(result_text(result, judgement))
+    if not result.ok:
+        return 2
+    return 1 if judgement is not None and judgement.flagged else 0
+
+
+def run_bench_history(args: argparse.Namespace) -> int:
+    from gpuconsole.bench.history import BenchHistory, HistoryError
+    from gpuconsole.bench.output import history_json, history_text
+
+    try:
+        results = BenchHistory().runs(host=args.host, recipe=args.recipe)
+    except HistoryError as error:
+        raise _Refused(str(error)) from None
+    if args.json:
+        print(json.dumps(history_json(results), indent=2))
+    else:
+        print(history_text(results) if results else "no benchmark runs recorded yet")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # `launch RECIPE [options] -- ARGS`: what follows `--` goes to the recipe untouched.
+    extra: list[str] = []
+    if "--" in words:
+        cut = words.index("--")
+        words, extra = words[:cut], words[cut + 1 :]
+    parser = build_parser()
+    args = parser.parse_args(words)
+    if extra and args.command != "launch":
+        parser.error("arguments after -- are passed to a recipe: only `launch` takes them")
+    args.recipe_args = extra
     runners = {
         None: run_console,
         "snapshot": run_snapshot,
@@ -501,6 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "hosts": run_hosts_check,
         "verify": run_verify,
         "repair": run_repair,
+        "launch": run_launch,
+        "bench": run_bench_history,
     }
     try:
         return runners[args.command](args)

@@ -82,6 +82,13 @@ class HostScreen(ConsoleScreen):
             tooltip="check the host's driver, CUDA, frameworks, PCIe, disks (runs commands there)",
         ),
         Binding(
+            "b",
+            "benchmark",
+            "Benchmark",
+            id="host.benchmark",
+            tooltip="run the tuned resnet50 benchmark here (asks first) and compare it",
+        ),
+        Binding(
             "R",
             "repair",
             "Repair driver",
@@ -372,6 +379,9 @@ class HostScreen(ConsoleScreen):
 
     def action_verify(self) -> None:
         self.console.verify([self.host])
+
+    def action_benchmark(self) -> None:
+        self.console.benchmark(self.host)
 
     def action_repair(self) -> None:
         self.console.repair(self.host)

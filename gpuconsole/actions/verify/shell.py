@@ -67,10 +67,7 @@ class LocalShell:
         try:
             stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
         except (asyncio.TimeoutError, TimeoutError):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)  # the shell and what it started
-            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(process.wait(), _REAP_WAIT_S)
+            await _kill_group(process)
             return Output(command, None, "", f"no answer within {timeout:g} s")
         return Output(command, process.returncode, _text(stdout), _text(stderr))
 
@@ -90,11 +87,11 @@ class LocalShell:
             lines = await _read_lines(process.stdout.readline, deadline, on_line)
             await asyncio.wait_for(process.wait(), max(0.1, deadline - time.monotonic()))
         except (asyncio.TimeoutError, TimeoutError):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(process.wait(), _REAP_WAIT_S)
+            await _kill_group(process)
             return Output(command, None, "", f"no answer within {timeout:g} s")
+        except asyncio.CancelledError:  # stopped by the user: nothing of it may run on
+            await _kill_group(process)
+            raise
         return Output(command, process.returncode, "\n".join(lines))
 
 
@@ -130,10 +127,21 @@ class SshShell:
         except (asyncio.TimeoutError, TimeoutError):
             process.close()  # the remote command is ended with its session
             return Output(command, None, "", f"no answer within {timeout:g} s")
+        except asyncio.CancelledError:
+            process.close()
+            raise
         except (asyncssh.Error, OSError) as error:
             return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
         code = process.exit_status if process.exit_status is not None else 255
         return Output(command, code, "\n".join(lines))
+
+
+async def _kill_group(process: asyncio.subprocess.Process) -> None:
+    """Kill the shell and everything it started; wait a moment for it, never longer."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+        await asyncio.wait_for(process.wait(), _REAP_WAIT_S)
 
 
 def _text(data: bytes | str | None) -> str:

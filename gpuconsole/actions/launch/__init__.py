@@ -1,0 +1,1 @@
+"""Launching training recipes on hosts through torchrun and Slurm, and following them."""

@@ -1,0 +1,129 @@
+"""The command lines that launch a recipe, through the engines admins already run: plain python
+for one GPU, `torchrun` on one host (the best-connected GPUs of its topology), `torchrun` with
+c10d rendezvous across hosts, and `srun` on a Slurm login node starting torchrun on each node.
+
+Facts: torchrun's c10d flags and the Slurm pattern as in shared/reference/gpu-facts.md
+("Launching on existing engines"). Every value is validated, then quoted.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuconsole.model import Topology
+
+RECIPE_DIR = "$HOME/.cache/gpuconsole/recipes"
+"""Where recipes are written on a host (the shell expands $HOME)."""
+RDZV_PORT = 29400
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+_JOB = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_HEREDOC_END = "GPUCONSOLE_RECIPE_END"
+
+
+class LaunchError(ValueError):
+    """A launch that cannot be built; the message is one line naming the bad value."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """What to run: a recipe, its preset, how many steps, and extra recipe arguments."""
+
+    recipe: str
+    preset: str = "tuned"
+    steps: int | None = None
+    extra: tuple[str, ...] = ()
+
+    def arguments(self) -> list[str]:
+        args = ["--preset", self.preset]
+        if self.steps is not None:
+            args += ["--steps", str(self.steps)]
+        return [*args, *self.extra]
+
+
+def choose_gpus(topology: Topology | None, gpu_count: int, wanted: int) -> tuple[int, ...]:
+    """``wanted`` GPUs of ``gpu_count``: all of them, else the best-connected set the topology
+    knows (NVLink before PCIe, one NUMA node before two), else the first ones."""
+    if not 1 <= wanted <= gpu_count:
+        raise LaunchError(f"--gpus {wanted}: the host has {gpu_count} GPU(s)")
+    if wanted == gpu_count:
+        return tuple(range(gpu_count))
+    if wanted >= 2 and topology is not None and topology.gpu_count == gpu_count:
+        best = topology.best_sets(wanted, limit=1)
+        if best:
+            return best[0][0]
+    return tuple(range(wanted))
+
+
+def script_path(recipe: str) -> str:
+    return f"{RECIPE_DIR}/{recipe}.py"
+
+
+def install_command(files: Mapping[str, str]) -> str:
+    """Write the recipe's files to the host (here-documents: no second channel, no scp)."""
+    parts = [f'mkdir -p "{RECIPE_DIR}"']
+    for name, text in files.items():
+        _check(_FILE, name, "file name")
+        if _HEREDOC_END in text:
+            raise LaunchError(f"{name} contains the line {_HEREDOC_END}")
+        parts.append(
+            f"cat > \"{RECIPE_DIR}/{name}\" <<'{_HEREDOC_END}'\n{text.rstrip()}\n{_HEREDOC_END}"
+        )
+    return "\n".join(parts) + "\n"
+
+
+def single_host_command(spec: LaunchSpec, gpus: Sequence[int]) -> str:
+    """One host: python for one GPU, torchrun --standalone for several; only ``gpus`` visible."""
+    visible = ",".join(str(g) for g in gpus)
+    script = f'"{script_path(spec.recipe)}"'
+    args = " ".join(shlex.quote(a) for a in spec.arguments())
+    env = f"CUDA_VISIBLE_DEVICES={visible} PYTHONUNBUFFERED=1"
+    if len(gpus) == 1:
+        return f"{env} exec python3 -u {script} {args}"
+    runner = f"python3 -m torch.distributed.run --standalone --nproc-per-node {len(gpus)}"
+    return f"{env} exec {runner} {script} {args}"
+
+
+def node_command(
+    spec: LaunchSpec, nodes: Sequence[str], gpus_per_node: int, head: str, job_id: str
+) -> str:
+    """One node of a multi-node run: torchrun with c10d rendezvous at ``head``."""
+    for name in (*nodes, head):
+        _check(_HOST, name, "host")
+    _check(_JOB, job_id, "job id")
+    script = f'"{script_path(spec.recipe)}"'
+    args = " ".join(shlex.quote(a) for a in spec.arguments())
+    runner = (
+        f"python3 -m torch.distributed.run --nnodes {len(nodes)} --nproc-per-node "
+        f"{gpus_per_node} --rdzv-backend c10d --rdzv-endpoint {head}:{RDZV_PORT} "
+        f"--rdzv-id {job_id}"
+    )
+    return f"PYTHONUNBUFFERED=1 exec {runner} {script} {args}"
+
+
+def slurm_command(spec: LaunchSpec, nodes: int, gpus_per_node: int, job_id: str) -> str:
+    """Run on a Slurm login node: `srun` allocates the nodes (one task each) and streams their
+    output back; each task starts torchrun with rendezvous at the job's first node."""
+    _check(_JOB, job_id, "job id")
+    if nodes < 1 or gpus_per_node < 1:
+        raise LaunchError(f"slurm: {nodes} node(s) × {gpus_per_node} GPU(s) is not a job")
+    args = " ".join(shlex.quote(a) for a in spec.arguments())
+    task = (
+        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1); '
+        f"exec python3 -m torch.distributed.run --nnodes {nodes} --nproc-per-node "
+        f'{gpus_per_node} --rdzv-backend c10d --rdzv-endpoint "$head:{RDZV_PORT}" '
+        f'--rdzv-id {job_id} "{script_path(spec.recipe)}" {args}'
+    )
+    return (
+        f"PYTHONUNBUFFERED=1 exec srun --job-name=gpuconsole-{spec.recipe} --nodes={nodes} "
+        f"--ntasks-per-node=1 --gpus-per-node={gpus_per_node} --exclusive "
+        f"bash -c {shlex.quote(task)}"
+    )
+
+
+def _check(pattern: re.Pattern[str], value: str, what: str) -> None:
+    if not pattern.fullmatch(value):
+        raise LaunchError(f"{what} {value!r} is not a plain name")

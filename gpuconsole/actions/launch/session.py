@@ -1,0 +1,144 @@
+"""One launch, start to end: reach the hosts, choose the GPUs, build the command for the engine,
+run it and follow it."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+import asyncssh
+
+from gpuconsole.actions.launch.commands import (
+    LaunchError,
+    LaunchSpec,
+    choose_gpus,
+    node_command,
+    single_host_command,
+    slurm_command,
+)
+from gpuconsole.actions.launch.run import Event, RunResult, run_on_nodes, run_recipe
+from gpuconsole.actions.verify.model import Target
+from gpuconsole.actions.verify.shell import LocalShell, Shell, SshShell
+from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.model import Topology
+from gpuconsole.telemetry.smi.topo import parse_topo_m
+from gpuconsole.telemetry.smi.values import SmiParseError
+
+_GPU_QUERY = "nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader"
+
+
+@dataclass(frozen=True, slots=True)
+class HostGpus:
+    """What a launch needs to know of a host's GPUs."""
+
+    count: int
+    name: str | None
+    driver: str | None
+    topology: Topology | None
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Where and how: the engine (`python`, `torchrun`, `torchrun-nodes`, `srun`), the GPUs."""
+
+    engine: str
+    hosts: tuple[str, ...]
+    gpus: tuple[int, ...]
+    commands: dict[str, str]
+
+
+async def host_gpus(shell: Shell) -> HostGpus:
+    rows = await shell.run(_GPU_QUERY, 20.0)
+    if not rows.ok:
+        raise LaunchError(
+            f"nvidia-smi does not answer: {(rows.stderr or rows.stdout).strip()[:160]}"
+        )
+    lines = [line.split(",") for line in rows.stdout.splitlines() if line.strip()]
+    topo = await shell.run("nvidia-smi topo -m", 20.0)
+    topology = None
+    if topo.ok:
+        with contextlib.suppress(SmiParseError):
+            topology = parse_topo_m(topo.stdout)
+    name = lines[0][1].strip() if lines and len(lines[0]) > 1 else None
+    driver = lines[0][2].strip() if lines and len(lines[0]) > 2 else None
+    return HostGpus(len(lines), name, driver, topology)
+
+
+def plan_launch(
+    spec: LaunchSpec,
+    hosts: Sequence[str],
+    gpus: HostGpus,
+    wanted: int | None,
+    slurm_nodes: int | None,
+    job_id: str,
+    addresses: dict[str, str],
+) -> Launch:
+    """The engine and command per host: srun on a Slurm login node, torchrun with c10d across
+    several hosts, else one host's best-connected GPUs."""
+    if slurm_nodes is not None:
+        per_node = wanted or gpus.count
+        return Launch(
+            "srun", (hosts[0],), (), {hosts[0]: slurm_command(spec, slurm_nodes, per_node, job_id)}
+        )
+    if len(hosts) > 1:
+        per_node = wanted or gpus.count
+        head = addresses[hosts[0]]
+        commands = {h: node_command(spec, list(hosts), per_node, head, job_id) for h in hosts}
+        return Launch("torchrun-nodes", tuple(hosts), tuple(range(per_node)), commands)
+    chosen = choose_gpus(gpus.topology, gpus.count, wanted or gpus.count)
+    engine = "python" if len(chosen) == 1 else "torchrun"
+    return Launch(engine, (hosts[0],), chosen, {hosts[0]: single_host_command(spec, chosen)})
+
+
+@contextlib.asynccontextmanager
+async def shells_for(
+    targets: Sequence[Target], settings: SshSettings | None
+) -> AsyncIterator[dict[str, Shell]]:
+    """A shell per target, SSH connections closed on the way out."""
+    connections: list[asyncssh.SSHClientConnection] = []
+    shells: dict[str, Shell] = {}
+    try:
+        for target in targets:
+            if target.entry is None:
+                shells[target.name] = LocalShell()
+                continue
+            try:
+                connection = await connect(target.entry, settings or SshSettings())
+            except ConnectFailure as failure:
+                raise LaunchError(failure.reason) from None
+            connections.append(connection)
+            shells[target.name] = SshShell(connection)
+        yield shells
+    finally:
+        for connection in connections:
+            connection.close()
+
+
+async def launch(
+    targets: Sequence[Target],
+    spec: LaunchSpec,
+    *,
+    gpus: int | None = None,
+    slurm_nodes: int | None = None,
+    on_plan: Callable[[Launch, HostGpus], None] = lambda _l, _g: None,
+    on_event: Callable[[Event], None] = lambda _event: None,
+    on_line: Callable[[str], None] = lambda _line: None,
+    settings: SshSettings | None = None,
+) -> tuple[Launch, HostGpus, RunResult]:
+    """Run ``spec`` on ``targets``; `LaunchError` when it cannot even start."""
+    hosts = [t.name for t in targets]
+    addresses = {t.name: (t.entry.address if t.entry else "127.0.0.1") for t in targets}
+    job_id = f"gpuconsole-{spec.recipe}-{int(time.time())}"
+    async with shells_for(targets, settings) as shells:
+        first = shells[hosts[0]]
+        found = HostGpus(0, None, None, None) if slurm_nodes else await host_gpus(first)
+        plan = plan_launch(spec, hosts, found, gpus, slurm_nodes, job_id, addresses)
+        on_plan(plan, found)
+        if len(plan.hosts) > 1:
+            result = await run_on_nodes(shells, spec, plan.commands, on_event, on_line)
+        else:
+            command = plan.commands[hosts[0]]
+            result = await run_recipe(first, hosts[0], spec, command, on_event, on_line)
+    return plan, found, result

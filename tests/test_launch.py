@@ -1,0 +1,154 @@
+"""Launching recipes: the engines' command lines, the GPUs chosen, progress parsing, and real runs
+on this machine's CPU (a stand-in nvidia-smi says which GPUs there are) and over the test sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from standin import write_standin_smi
+
+from gpuconsole.actions.launch.commands import (
+    LaunchError,
+    LaunchSpec,
+    choose_gpus,
+    install_command,
+    node_command,
+    single_host_command,
+    slurm_command,
+)
+from gpuconsole.actions.launch.run import parse_event, start_failure
+from gpuconsole.model import Topology
+from gpuconsole.telemetry.smi.topo import parse_topo_m
+
+SPEC = LaunchSpec("resnet50", "tuned", steps=50, extra=("--batch-size", "256"))
+FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
+
+
+def pairs_topology() -> Topology:
+    """Four GPUs: NVLink pairs {0,1} and {2,3}, PCIe across the pairs (written for the test)."""
+    row = ("X", "NV12", "SYS", "SYS")
+    return Topology(
+        matrix=(
+            row,
+            ("NV12", "X", "SYS", "SYS"),
+            ("SYS", "SYS", "X", "NV12"),
+            ("SYS", "SYS", "NV12", "X"),
+        ),
+        numa_affinity=(0, 0, 1, 1),
+    )
+
+
+def test_one_gpu_runs_plain_python_and_several_run_torchrun() -> None:
+    one = single_host_command(SPEC, (3,))
+    assert one.startswith("CUDA_VISIBLE_DEVICES=3 PYTHONUNBUFFERED=1 exec python3 -u ")
+    assert shlex.split(one)[-6:] == ["--preset", "tuned", "--steps", "50", "--batch-size", "256"]
+    two = single_host_command(SPEC, (2, 3))
+    assert "CUDA_VISIBLE_DEVICES=2,3" in two
+    assert "torch.distributed.run --standalone --nproc-per-node 2" in two
+
+
+def test_fewer_gpus_than_the_host_has_take_the_best_connected_set() -> None:
+    assert choose_gpus(pairs_topology(), 4, 2) in ((0, 1), (2, 3))
+    assert choose_gpus(pairs_topology(), 4, 4) == (0, 1, 2, 3)
+    assert choose_gpus(None, 4, 2) == (0, 1)
+    with pytest.raises(LaunchError, match="--gpus 5: the host has 4 GPU"):
+        choose_gpus(pairs_topology(), 4, 5)
+
+
+def test_the_h200_topology_fixture_reads_for_a_one_gpu_launch() -> None:
+    topology = parse_topo_m((FIXTURES / "h200-topo-m.txt").read_text())
+    assert choose_gpus(topology, topology.gpu_count, 1) == (0,)
+
+
+def test_multi_node_runs_use_c10d_rendezvous_at_the_first_node() -> None:
+    command = node_command(SPEC, ["gpu-a", "gpu-b"], 8, "10.0.0.5", "job-1")
+    assert "--nnodes 2 --nproc-per-node 8 --rdzv-backend c10d" in command
+    assert "--rdzv-endpoint 10.0.0.5:29400 --rdzv-id job-1" in command
+    with pytest.raises(LaunchError, match="host 'gpu-a;reboot'"):
+        node_command(SPEC, ["gpu-a;reboot"], 8, "gpu-a", "job-1")
+
+
+def test_slurm_runs_srun_with_torchrun_per_node() -> None:
+    command = slurm_command(SPEC, 4, 8, "job-2")
+    words = shlex.split(command)
+    assert words[:3] == ["PYTHONUNBUFFERED=1", "exec", "srun"]
+    assert "--nodes=4" in words and "--gpus-per-node=8" in words
+    task = words[-1]
+    assert '--rdzv-endpoint "$head:29400"' in task and "--nnodes 4" in task
+
+
+def test_the_recipe_files_are_written_with_here_documents(tmp_path: Path) -> None:
+    command = install_command({"bert.py": "print('hello')\n", "_h.py": "X = 1\n"})
+    home = tmp_path / "home"
+    subprocess.run(["sh", "-c", command], env={"HOME": str(home)}, check=True)
+    written = home / ".cache" / "gpuconsole" / "recipes"
+    assert (written / "bert.py").read_text() == "print('hello')\n"
+    assert (written / "_h.py").read_text() == "X = 1\n"
+    with pytest.raises(LaunchError):
+        install_command({"bert.py": "GPUCONSOLE_RECIPE_END\n"})
+    with pytest.raises(LaunchError):
+        install_command({"../evil.py": "x"})
+
+
+def test_progress_lines_and_start_failures_are_read() -> None:
+    assert parse_event('{"event": "step", "step": 3}') == {"event": "step", "step": 3}
+    assert parse_event("W1202 compile warning {not json") is None
+    assert parse_event('{"no": "event"}') is None
+    kind, message = start_failure(["Traceback", "ModuleNotFoundError: No module named 'torch'"])
+    assert (kind, message) == ("no-torch", "torch is not installed for this host's python3")
+    assert start_failure(["something odd happened"]) == ("other", "something odd happened")
+
+
+# --- real runs --------------------------------------------------------------------------------
+
+
+def gpuconsole(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuconsole", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture
+def cpu_host(tmp_path: Path) -> dict[str, str]:
+    """This machine as a launch target: a stand-in nvidia-smi, the venv's python3 first."""
+    pytest.importorskip("torch")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_standin_smi(bin_dir, gpus=4)
+    path = f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin"
+    return {**os.environ, "PATH": path, "HOME": str(tmp_path / "home")}
+
+
+CPU_RUN = ("--", "--tiny", "--device", "cpu", "--steps", "3", "--warmup-steps", "1")
+
+
+def test_a_launch_on_two_gpus_runs_torchrun_and_keeps_the_result(cpu_host) -> None:
+    done = gpuconsole("launch", "resnet50", "--gpus", "2", "--json", *CPU_RUN, env=cpu_host)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["engine"] == "torchrun"
+    assert report["summary"]["world_size"] == 2
+    assert len(report["gpus"]) == 2
+    history = json.loads(gpuconsole("bench", "history", "--json", env=cpu_host).stdout)
+    assert [run["recipe"] for run in history] == ["resnet50"]
+    assert history[0]["status"] == "ok"
+
+
+def test_a_launch_that_fails_says_why_and_keeps_the_failure(cpu_host) -> None:
+    done = gpuconsole("launch", "bert", "--gpus", "1", "--", "--device", "cuda", env=cpu_host)
+    assert done.returncode == 2
+    assert "failed (no-cuda)" in done.stdout
+    assert "Traceback" not in done.stdout
+    history = json.loads(gpuconsole("bench", "history", "--json", env=cpu_host).stdout)
+    assert history[0]["status"] == "failed"

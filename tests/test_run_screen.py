@@ -1,0 +1,90 @@
+"""The run panel: a recipe launched on this machine's CPU (a stand-in nvidia-smi names one GPU),
+followed live, its result judged and kept; and a run stopped from the panel."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from standin import write_standin_smi
+
+from gpuconsole.actions.launch.commands import LaunchSpec
+from gpuconsole.actions.verify.model import Context, Target
+from gpuconsole.screens.confirm import ConfirmScreen
+from gpuconsole.screens.run import RunScreen
+
+CPU = ("--tiny", "--device", "cpu", "--warmup-steps", "1", "--log-every", "1")
+HERE = Target("here", None, Context("here"))
+
+
+@pytest.fixture(autouse=True)
+def cpu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_standin_smi(bin_dir, gpus=1)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+async def _until(pilot, condition, timeout: float = 240.0) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(timeout / 0.2)):
+        if condition():
+            return
+        await pilot.pause(0.2)
+    raise AssertionError("timed out")
+
+
+def recipe_processes() -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if any("recipes/resnet50.py" in part for part in process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+async def test_a_run_is_followed_live_and_its_result_judged(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = RunScreen(HERE, LaunchSpec("resnet50", "baseline", 4, CPU))
+        app.push_screen(screen)
+        await _until(pilot, lambda: screen.outcome != "")
+        assert screen.result is not None and screen.result.ok, screen.outcome
+        assert len(screen.steps) >= 2
+        assert "samples/s" in str(screen.query_one("#run-trend").render())
+        assert "resnet50 baseline:" in screen.outcome
+        assert "this host's median" in screen.outcome  # too few runs yet: it says so
+
+
+async def test_a_run_stopped_from_the_panel_leaves_nothing_running(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = RunScreen(HERE, LaunchSpec("resnet50", "baseline", 100000, CPU))
+        app.push_screen(screen)
+        await _until(pilot, lambda: len(screen.steps) >= 1)
+        await pilot.press("s")
+        await _until(pilot, lambda: screen.outcome != "")
+        assert screen.outcome.startswith("stopped")
+        await _until(pilot, lambda: not recipe_processes(), timeout=10)
+
+
+async def test_b_asks_before_it_runs_anything(make_app) -> None:
+    from static_source import StaticSource
+
+    from gpuconsole.app import GpuConsoleApp
+    from gpuconsole.hosts.source import FleetSource
+    from gpuconsole.model import GpuState, HostSnapshot
+    from gpuconsole.screens.host import HostScreen
+
+    source = FleetSource(StaticSource(HostSnapshot("here", 1.0, (GpuState(0),))), None)
+    app = GpuConsoleApp(source, auto_poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.push_screen(HostScreen("here"))
+        await pilot.pause()
+        await pilot.press("b")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert not isinstance(app.screen, RunScreen)
