@@ -204,10 +204,13 @@ def test_missing_cuda_is_reported(run_recipe) -> None:
 def test_bert_dynamic_padding_pads_less_than_fixed(run_recipe) -> None:
     runs = {}
     for padding in ("dynamic", "fixed"):
-        code, events, stderr = run_recipe("bert", *FAST, "--steps", "3", "--padding", padding)
+        code, events, stderr = run_recipe(
+            "bert", *FAST, "--steps", "3", "--padding", padding, "--pad-multiple", "8"
+        )
         assert code == 0, stderr
         runs[padding] = only_summary(events)
     assert runs["fixed"]["mean_padded_len"] == 128  # the tiny --max-len
+    assert runs["dynamic"]["knobs"]["pad_multiple"] == 8
     assert runs["dynamic"]["mean_padded_len"] < 0.8 * runs["fixed"]["mean_padded_len"]
     assert runs["dynamic"]["knobs"]["padding"] == "dynamic"
     assert runs["dynamic"]["tokens_per_s"] > 0

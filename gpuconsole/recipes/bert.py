@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """BERT-base-sized encoder training throughput on synthetic token batches, padded dynamically
-(to each batch's longest sequence, rounded up to a multiple of 8) or to a fixed --max-len.
+(to each batch's longest sequence, rounded up to a multiple of 64) or to a fixed --max-len.
 
 A script that the console sends to a host (with `_recipe_harness.py` beside it) and runs there
 with python3 or torchrun: it imports only the standard library, torch and that harness. It prints
@@ -63,7 +63,12 @@ PRESETS = {
 MASK_TOKEN = 103
 FIRST_WORD_TOKEN = 1000  # ids below are special tokens in BERT's vocabulary
 MASKED_FRACTION = 0.15
-PAD_MULTIPLE = 8  # tensor-core friendly shapes, and fewer distinct shapes to compile
+# Dynamic padding rounds each batch up to a multiple of this. Every distinct shape costs (kernel
+# and allocator choices per shape): on an H200, multiples of 8 made about 40 shapes and ran at
+# 654 sequences/s, slower than fixed padding to 512 (794); multiples of 64 ran at 1,022 eager
+# and 1,318 compiled, against 1,037 for fixed (benchmarks in docs/benchmarks.md).
+PAD_MULTIPLE = 64
+PREDICTION_MULTIPLE = 8  # masked slots per sequence, rounded for tensor-core friendly shapes
 
 
 def recipe_defaults(tiny: bool) -> dict[str, Any]:
@@ -80,6 +85,7 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
         "warmup_steps": 1 if tiny else 30,
         "log_every": 1 if tiny else 10,
         "padding": "dynamic",
+        "pad_multiple": PAD_MULTIPLE,
         "max_len": 512,
         "length_median": 40 if tiny else 150,
         "length_sigma": 0.4,
@@ -179,10 +185,10 @@ def token_batches(knobs: dict[str, Any], rt: Runtime, padded: list[int]) -> Iter
         length = (
             max_len
             if knobs["padding"] == "fixed"
-            else min(max_len, round_up(longest, PAD_MULTIPLE))
+            else min(max_len, round_up(longest, knobs["pad_multiple"]))
         )
         padded.append(length)
-        predictions = round_up(int(length * MASKED_FRACTION), PAD_MULTIPLE)
+        predictions = round_up(int(length * MASKED_FRACTION), PREDICTION_MULTIPLE)
         on_device = lengths.to(rt.device, non_blocking=True)
         keep = torch.arange(length, device=rt.device) < on_device[:, None]
         tokens = torch.randint(FIRST_WORD_TOKEN, vocab, (len(lengths), length), device=rt.device)
@@ -215,6 +221,11 @@ def parse_knobs(argv: list[str]) -> dict[str, Any]:
     parser = common_parser(__doc__.splitlines()[0], PRESETS)
     parser.add_argument("--padding", choices=("dynamic", "fixed"))
     parser.add_argument("--max-len", type=positive_int)
+    parser.add_argument(
+        "--pad-multiple",
+        type=positive_int,
+        help="dynamic padding rounds each batch's length up to a multiple of this (default 64)",
+    )
     args = parser.parse_args(argv)
     knobs = resolve_knobs(args, PRESETS, recipe_defaults(args.tiny))
     if knobs["max_len"] < 16:

