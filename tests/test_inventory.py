@@ -152,18 +152,19 @@ ERRORS = {
     "unknown key in defaults": (
         '[defaults]\nuser = "ops"\nusr = "x"\n[hosts.a]\n',
         3,
-        "defaults.usr: unknown key (allowed: user, port, jump, connect_timeout, gpus)",
+        "defaults.usr: unknown key (allowed: user, port, jump, connect_timeout, gpus, python)",
     ),
     "unknown key in a group": (
         '[groups.r]\nhosts = ["a"]\naddress = "x"\n',
         3,
-        "groups.r.address: unknown key (allowed: hosts, user, port, jump, connect_timeout, gpus)",
+        "groups.r.address: unknown key"
+        " (allowed: hosts, user, port, jump, connect_timeout, gpus, python)",
     ),
     "unknown key in a host": (
         "[hosts.a]\nport = 22\nhosts = []\n",
         3,
         "hosts.a.hosts: unknown key"
-        " (allowed: address, group, user, port, jump, connect_timeout, gpus)",
+        " (allowed: address, group, user, port, jump, connect_timeout, gpus, python)",
     ),
     "port a string": (
         '[hosts.a]\nport = "22"\n',
@@ -393,3 +394,12 @@ def test_bad_hosts_option_names_the_entry(text: str, message: str) -> None:
         hosts_from_option(text)
 
     assert str(caught.value) == message
+
+
+def test_python_is_a_program_a_remote_shell_runs_as_it_is(tmp_path) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text('[defaults]\npython = "/opt/conda/envs/train/bin/python"\n[hosts.gpu01]\n')
+    assert load_inventory(path).get("gpu01").python == "/opt/conda/envs/train/bin/python"
+    path.write_text('[hosts.gpu01]\npython = "python3; reboot"\n')
+    with pytest.raises(InventoryError, match="python"):
+        load_inventory(path)

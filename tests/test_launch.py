@@ -69,7 +69,9 @@ def test_the_h200_topology_fixture_reads_for_a_one_gpu_launch() -> None:
 def test_multi_node_runs_use_c10d_rendezvous_at_the_first_node() -> None:
     command = node_command(SPEC, ["gpu-a", "gpu-b"], 8, "10.0.0.5", "job-1")
     assert "--nnodes 2 --nproc-per-node 8 --rdzv-backend c10d" in command
-    assert "--rdzv-endpoint 10.0.0.5:29400 --rdzv-id job-1" in command
+    assert "--rdzv-endpoint 10.0.0.5:29400 --rdzv-id job-1 --rdzv-conf is_host=false" in command
+    head = node_command(SPEC, ["gpu-a", "gpu-b"], 8, "10.0.0.5", "job-1", is_head=True)
+    assert "--rdzv-conf is_host=true" in head
     with pytest.raises(LaunchError, match="host 'gpu-a;reboot'"):
         node_command(SPEC, ["gpu-a;reboot"], 8, "gpu-a", "job-1")
 
@@ -152,3 +154,29 @@ def test_a_launch_that_fails_says_why_and_keeps_the_failure(cpu_host) -> None:
     assert "Traceback" not in done.stdout
     history = json.loads(gpuconsole("bench", "history", "--json", env=cpu_host).stdout)
     assert history[0]["status"] == "failed"
+
+
+# --- over SSH -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ssh_home(sshd, tmp_path: Path) -> tuple[Path, Path]:
+    """~/.ssh for host names on the test sshd, and an inventory naming the venv's python (the
+    one with torch) as each host's interpreter."""
+    pytest.importorskip("torch")
+    sshd.ssh_config(["gpu-a", "gpu-b"])
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text(f'[defaults]\npython = "{sys.executable}"\n[hosts.gpu-a]\n[hosts.gpu-b]\n')
+    return sshd.home, inventory
+
+
+def test_a_launch_over_ssh_runs_with_the_inventorys_python(ssh_home) -> None:
+    home, inventory = ssh_home
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("SSH_AUTH_SOCK", None)
+    args = ("launch", "resnet50", "--host", "gpu-a", "--gpus", "1", "--inventory", str(inventory))
+    done = gpuconsole(*args, "--json", *CPU_RUN, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["host"] == "gpu-a" and report["engine"] == "python"
+    assert sys.executable in report["commands"]["gpu-a"]

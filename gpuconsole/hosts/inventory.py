@@ -9,6 +9,7 @@ port = 22
 jump = "bastion.example"   # optional ProxyJump host; "none" turns a default one off
 connect_timeout = 10       # seconds
 gpus = 8                   # expected GPU count of each host
+python = "python3"         # the interpreter recipes run with (a venv's or conda's, say)
 
 [groups.rack-a]            # a group (rack): its own defaults and its hosts
 user = "root"
@@ -64,6 +65,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 INVENTORY_ENV = "GPUCONSOLE_INVENTORY"
 DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_PYTHON = "python3"
 HOSTS_OPTION = "--hosts"
 
 
@@ -83,6 +85,7 @@ class HostEntry:
     group: str | None
     expected_gpus: int | None  # None: not known, nothing to compare against
     connect_timeout: float
+    python: str = DEFAULT_PYTHON  # the interpreter that has torch, for training recipes
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,7 @@ class HostDefaults:
     jump: str | None = None
     expected_gpus: int | None = None
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    python: str = DEFAULT_PYTHON
 
     def entry(self, name: str, address: str, group: str | None = None) -> HostEntry:
         return HostEntry(
@@ -105,6 +109,7 @@ class HostDefaults:
             group=group,
             expected_gpus=self.expected_gpus,
             connect_timeout=self.connect_timeout,
+            python=self.python,
         )
 
 
@@ -208,6 +213,17 @@ def _user(value: object) -> str:
     return user
 
 
+_PROGRAM = re.compile(r"[A-Za-z0-9_./+~-]+")
+
+
+def _python(value: object) -> str:
+    """A program name or path, run by a remote shell: nothing a shell would read as syntax."""
+    program = _word(value)
+    if not _PROGRAM.fullmatch(program):
+        raise _Invalid(f"must be a program name or path, got {_show(program)}")
+    return program
+
+
 def _jump(value: object) -> str | None:
     jump = _word(value)
     return None if jump == "none" else jump
@@ -245,6 +261,7 @@ _SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "jump": ("jump", _jump),
     "connect_timeout": ("connect_timeout", _timeout),
     "gpus": ("expected_gpus", _gpus),
+    "python": ("python", _python),
 }
 _TOP_KEYS = ("defaults", "groups", "hosts")
 _DEFAULTS_KEYS = tuple(_SETTINGS)

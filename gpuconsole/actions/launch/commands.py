@@ -75,36 +75,48 @@ def install_command(files: Mapping[str, str]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def single_host_command(spec: LaunchSpec, gpus: Sequence[int]) -> str:
-    """One host: python for one GPU, torchrun --standalone for several; only ``gpus`` visible."""
+def single_host_command(spec: LaunchSpec, gpus: Sequence[int], python: str = "python3") -> str:
+    """One host: python for one GPU, torchrun --standalone for several; only ``gpus`` visible.
+    ``python`` is the host's interpreter that has torch (the inventory's `python`)."""
     visible = ",".join(str(g) for g in gpus)
     script = f'"{script_path(spec.recipe)}"'
     args = " ".join(shlex.quote(a) for a in spec.arguments())
     env = f"CUDA_VISIBLE_DEVICES={visible} PYTHONUNBUFFERED=1"
     if len(gpus) == 1:
-        return f"{env} exec python3 -u {script} {args}"
-    runner = f"python3 -m torch.distributed.run --standalone --nproc-per-node {len(gpus)}"
+        return f"{env} exec {python} -u {script} {args}"
+    runner = f"{python} -m torch.distributed.run --standalone --nproc-per-node {len(gpus)}"
     return f"{env} exec {runner} {script} {args}"
 
 
 def node_command(
-    spec: LaunchSpec, nodes: Sequence[str], gpus_per_node: int, head: str, job_id: str
+    spec: LaunchSpec,
+    nodes: Sequence[str],
+    gpus_per_node: int,
+    head: str,
+    job_id: str,
+    python: str = "python3",
+    is_head: bool = False,
 ) -> str:
-    """One node of a multi-node run: torchrun with c10d rendezvous at ``head``."""
+    """One node of a multi-node run: torchrun with c10d rendezvous at ``head``. The head node
+    hosts the rendezvous store and the others only join it, said explicitly (`is_host`):
+    torchrun's own guess, from whether ``head`` names this machine, fails on multi-homed hosts
+    and where several nodes share an address."""
     for name in (*nodes, head):
         _check(_HOST, name, "host")
     _check(_JOB, job_id, "job id")
     script = f'"{script_path(spec.recipe)}"'
     args = " ".join(shlex.quote(a) for a in spec.arguments())
     runner = (
-        f"python3 -m torch.distributed.run --nnodes {len(nodes)} --nproc-per-node "
+        f"{python} -m torch.distributed.run --nnodes {len(nodes)} --nproc-per-node "
         f"{gpus_per_node} --rdzv-backend c10d --rdzv-endpoint {head}:{RDZV_PORT} "
-        f"--rdzv-id {job_id}"
+        f"--rdzv-id {job_id} --rdzv-conf is_host={'true' if is_head else 'false'}"
     )
     return f"PYTHONUNBUFFERED=1 exec {runner} {script} {args}"
 
 
-def slurm_command(spec: LaunchSpec, nodes: int, gpus_per_node: int, job_id: str) -> str:
+def slurm_command(
+    spec: LaunchSpec, nodes: int, gpus_per_node: int, job_id: str, python: str = "python3"
+) -> str:
     """Run on a Slurm login node: `srun` allocates the nodes (one task each) and streams their
     output back; each task starts torchrun with rendezvous at the job's first node."""
     _check(_JOB, job_id, "job id")
@@ -113,7 +125,7 @@ def slurm_command(spec: LaunchSpec, nodes: int, gpus_per_node: int, job_id: str)
     args = " ".join(shlex.quote(a) for a in spec.arguments())
     task = (
         'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1); '
-        f"exec python3 -m torch.distributed.run --nnodes {nodes} --nproc-per-node "
+        f"exec {python} -m torch.distributed.run --nnodes {nodes} --nproc-per-node "
         f'{gpus_per_node} --rdzv-backend c10d --rdzv-endpoint "$head:{RDZV_PORT}" '
         f'--rdzv-id {job_id} "{script_path(spec.recipe)}" {args}'
     )

@@ -74,6 +74,7 @@ def plan_launch(
     slurm_nodes: int | None,
     job_id: str,
     addresses: dict[str, str],
+    pythons: dict[str, str],
 ) -> Launch:
     """The engine and command per host: srun on a Slurm login node, torchrun with c10d across
     several hosts, else one host's best-connected GPUs."""
@@ -85,11 +86,15 @@ def plan_launch(
     if len(hosts) > 1:
         per_node = wanted or gpus.count
         head = addresses[hosts[0]]
-        commands = {h: node_command(spec, list(hosts), per_node, head, job_id) for h in hosts}
+        commands = {
+            h: node_command(spec, list(hosts), per_node, head, job_id, pythons[h], h == hosts[0])
+            for h in hosts
+        }
         return Launch("torchrun-nodes", tuple(hosts), tuple(range(per_node)), commands)
     chosen = choose_gpus(gpus.topology, gpus.count, wanted or gpus.count)
     engine = "python" if len(chosen) == 1 else "torchrun"
-    return Launch(engine, (hosts[0],), chosen, {hosts[0]: single_host_command(spec, chosen)})
+    command = single_host_command(spec, chosen, pythons[hosts[0]])
+    return Launch(engine, (hosts[0],), chosen, {hosts[0]: command})
 
 
 @contextlib.asynccontextmanager
@@ -130,11 +135,12 @@ async def launch(
     """Run ``spec`` on ``targets``; `LaunchError` when it cannot even start."""
     hosts = [t.name for t in targets]
     addresses = {t.name: (t.entry.address if t.entry else "127.0.0.1") for t in targets}
+    pythons = {t.name: (t.entry.python if t.entry else "python3") for t in targets}
     job_id = f"gpuconsole-{spec.recipe}-{int(time.time())}"
     async with shells_for(targets, settings) as shells:
         first = shells[hosts[0]]
         found = HostGpus(0, None, None, None) if slurm_nodes else await host_gpus(first)
-        plan = plan_launch(spec, hosts, found, gpus, slurm_nodes, job_id, addresses)
+        plan = plan_launch(spec, hosts, found, gpus, slurm_nodes, job_id, addresses, pythons)
         on_plan(plan, found)
         if len(plan.hosts) > 1:
             result = await run_on_nodes(shells, spec, plan.commands, on_event, on_line)
