@@ -76,7 +76,7 @@ async def connect(entry: HostEntry, settings: SshSettings) -> asyncssh.SSHClient
         raise ConnectFailure(
             HostState.AUTH_FAILED,
             f"{entry.name}: authentication refused for user {entry.user or 'from ssh config'} "
-            f"({error.reason or 'no key was accepted'}); not retrying until told to",
+            f"({error.reason or 'no key was accepted'}); not retried until the console restarts",
         ) from None
     except (asyncio.TimeoutError, TimeoutError):
         raise ConnectFailure(

@@ -5,7 +5,7 @@ Per host: connect (at most ``max_connecting`` attempts at once, so a rack coming
 storm the bastion), start the agent over the connection, read its lines. An agent that exits or
 falls silent is restarted on the same connection; a lost connection makes the host `down` with
 the reason and is retried with exponential backoff and jitter. A refused host key or a refused
-login is not retried by itself: both need a person (`reconnect` asks again).
+login is not retried: both need a person, and the console tries again when restarted.
 
 The supervisor keeps, per host, the newest reading not yet taken: `take` hands it to the fleet
 store once, so that a tick without a new reading counts as a miss there (stale after 3).
@@ -42,7 +42,7 @@ from gpuconsole.telemetry.wire import (
     encode_command,
 )
 
-# States that no retry can mend: a person must act, then ask for a reconnect.
+# States that no retry can mend: a person must act (then restart the console).
 NEEDS_A_PERSON = frozenset({HostState.AUTH_FAILED, HostState.HOST_KEY_MISMATCH})
 REPLY_TIMEOUT_S = 5.0
 AGENT_START_TIMEOUT_S = 60.0
@@ -82,7 +82,6 @@ class HostLink:
     connection: asyncssh.SSHClientConnection | None = None
     process: asyncssh.SSHClientProcess[bytes] | None = None
     replies: dict[int, asyncio.Future[Reply]] = field(default_factory=dict)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def name(self) -> str:
@@ -154,10 +153,6 @@ class Supervisor:
             await asyncio.wait(self._tasks, timeout=timeout)
         self._tasks = []
 
-    def reconnect(self, host: str) -> None:
-        """Try the host again now (after a person fixed its key or login, say)."""
-        self._links[host].wake.set()
-
     async def settled(self, timeout: float) -> None:
         """Wait until every host has a reading or has failed once, or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
@@ -205,15 +200,6 @@ class Supervisor:
         finally:
             link.replies.pop(request_id, None)
 
-    def set_interval(self, seconds: float) -> None:
-        """Change every agent's tick (and the one new agents start with)."""
-        self._interval = seconds
-        command = encode_command({"cmd": "interval", "seconds": seconds})
-        for link in self._links.values():
-            if link.process is not None:
-                with contextlib.suppress(Exception):
-                    link.process.stdin.write(command)
-
     # --- one host -----------------------------------------------------------------------------
 
     def _set(self, link: HostLink, state: HostState, reason: str | None) -> None:
@@ -231,10 +217,7 @@ class Supervisor:
             except ConnectFailure as failure:
                 if failure.state in NEEDS_A_PERSON:
                     self._set(link, failure.state, failure.reason)
-                    await link.wake.wait()
-                    link.wake.clear()
-                    attempt = 0
-                    continue
+                    return  # retrying would only repeat the refusal (and trip fail2ban)
                 attempt = await self._pause(link, failure.reason, attempt)
                 continue
             attempt = 0
@@ -250,11 +233,9 @@ class Supervisor:
             attempt = await self._pause(link, f"{link.name}: {reason}", attempt)
 
     async def _pause(self, link: HostLink, reason: str, attempt: int) -> int:
-        """Mark the host down and wait out the backoff (or a reconnect); the next attempt."""
+        """Mark the host down and wait out the backoff; the next attempt."""
         self._set(link, HostState.DOWN, reason)
-        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-            await asyncio.wait_for(link.wake.wait(), self._backoff.delay(attempt))
-        link.wake.clear()
+        await asyncio.sleep(self._backoff.delay(attempt))
         return attempt + 1
 
     async def _run_agents(self, link: HostLink, connection: asyncssh.SSHClientConnection) -> str:
