@@ -272,6 +272,18 @@ def _inventory(args: argparse.Namespace) -> Inventory | None:
         raise _Refused(str(error), code=2) from None
 
 
+def _required_inventory(args: argparse.Namespace, subject: str) -> Inventory:
+    """The inventory, or a one-line refusal that says how to give one."""
+    inventory = _inventory(args)
+    if inventory is None:
+        raise _Refused(
+            f"{subject}: no inventory (give --hosts or --inventory, or write hosts.toml; "
+            "see `gpuconsole --help`)",
+            code=2,
+        )
+    return inventory
+
+
 def _ssh_source(inventory: Inventory, refresh: float) -> SshSource:
     from gpuconsole.hosts.source import SshSource
     from gpuconsole.hosts.supervisor import Supervisor
@@ -341,12 +353,7 @@ def _snapshot_of(args: argparse.Namespace) -> HostSnapshot:
             raise _Refused(
                 f"cannot read this host: {error}. Try `gpuconsole snapshot --demo`."
             ) from None
-    inventory = _inventory(args)
-    if inventory is None:
-        raise _Refused(
-            f"--host {args.host}: no inventory (give --hosts or --inventory, or write hosts.toml)",
-            code=2,
-        )
+    inventory = _required_inventory(args, f"--host {args.host}")
     try:
         entry = inventory.get(args.host)
     except KeyError as error:
@@ -383,14 +390,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
 def run_hosts_check(args: argparse.Namespace) -> int:
     from gpuconsole.hosts.check import check_hosts, exit_code, results_text
 
-    inventory = _inventory(args)
-    if inventory is None:
-        raise _Refused(
-            "no inventory: give --hosts or --inventory, or write hosts.toml "
-            "(see `gpuconsole --help`)",
-            code=2,
-        )
-    results = check_hosts(inventory)
+    results = check_hosts(_required_inventory(args, "hosts check"))
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     else:
@@ -451,13 +451,7 @@ def _verify_targets(args: argparse.Namespace) -> list[Target]:
         targets.append(Target(here, None, Context(here)))
     if not wanted and not args.all:
         return targets
-    inventory = _inventory(args)
-    if inventory is None:
-        raise _Refused(
-            f"{wanted[0] if wanted else '--all'}: no inventory (give --hosts or --inventory, "
-            "or write hosts.toml)",
-            code=2,
-        )
+    inventory = _required_inventory(args, wanted[0] if wanted else "--all")
     groups = inventory.groups()
     chosen: list[str] = [h.name for h in inventory.hosts] if args.all else []
     for name in wanted:

@@ -55,15 +55,7 @@ class LocalShell:
     """This machine's `/bin/sh`."""
 
     async def run(self, command: str, timeout: float) -> Output:
-        process = await asyncio.create_subprocess_exec(
-            "/bin/sh",
-            "-c",
-            _PREFIX + command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
+        process = await _spawn(command, asyncio.subprocess.PIPE)
         try:
             stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
         except (asyncio.TimeoutError, TimeoutError):
@@ -72,15 +64,7 @@ class LocalShell:
         return Output(command, process.returncode, _text(stdout), _text(stderr))
 
     async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
-        process = await asyncio.create_subprocess_exec(
-            "/bin/sh",
-            "-c",
-            _PREFIX + command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
+        process = await _spawn(command, asyncio.subprocess.STDOUT)
         assert process.stdout is not None
         deadline = time.monotonic() + timeout
         try:
@@ -134,6 +118,19 @@ class SshShell:
             return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
         code = process.exit_status if process.exit_status is not None else 255
         return Output(command, code, "\n".join(lines))
+
+
+async def _spawn(command: str, stderr: int) -> asyncio.subprocess.Process:
+    """`/bin/sh -c` in a session of its own (so a timeout can kill all it started), no stdin."""
+    return await asyncio.create_subprocess_exec(
+        "/bin/sh",
+        "-c",
+        _PREFIX + command,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+        start_new_session=True,
+    )
 
 
 async def _kill_group(process: asyncio.subprocess.Process) -> None:
