@@ -19,7 +19,7 @@ import resource
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,10 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+COMPRESSED_TYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+FP8_MAX = 448.0  # the largest finite float8_e4m3fn
+COMPRESS_MIN_ELEMENTS = 4096  # smaller saved tensors are not worth a conversion
+MEMORY_HISTORY_ENTRIES = 200_000
 
 
 class RecipeError(Exception):
@@ -102,7 +106,28 @@ def common_parser(description: str, presets: dict[str, dict[str, Any]]) -> JsonA
     parser.add_argument("--fused-optimizer", action=on_off)
     parser.add_argument("--batch-size", type=positive_int, help="per process")
     parser.add_argument("--accumulate", type=positive_int, help="micro-batches per optimizer step")
-    parser.add_argument("--checkpoint-activations", action=on_off)
+    parser.add_argument(
+        "--checkpoint-every",
+        type=non_negative_int,
+        metavar="K",
+        help="recompute every K-th block in backward instead of keeping its activations "
+        "(1: every block, 0: none)",
+    )
+    parser.add_argument(
+        "--compress-activations",
+        choices=tuple(COMPRESSED_TYPES),
+        help="keep the activations saved for backward in a narrower type",
+    )
+    parser.add_argument(
+        "--expandable-segments",
+        action=on_off,
+        help="PyTorch's allocator grows segments instead of caching fixed blocks (CUDA)",
+    )
+    parser.add_argument(
+        "--memory-history",
+        action="store_true",
+        help="record every allocation (CUDA) and print the sites that held most at the peak",
+    )
     parser.add_argument(
         "--workers", type=non_negative_int, help="DataLoader workers, where there is one"
     )
@@ -129,6 +154,11 @@ def resolve_knobs(
         raise RecipeError("usage", "fp16 needs --device cuda (GradScaler); use bf16 on a CPU")
     if not knobs["compile"]:
         knobs["compile_mode"] = None
+    if knobs.get("compress_activations") and knobs["compile"]:
+        raise RecipeError(
+            "usage", "--compress-activations works eagerly: add --no-compile (hooks on saved "
+            "tensors do not combine with torch.compile)"
+        )  # fmt: skip
     knobs["tf32"] = knobs["device"] == "cuda" and knobs["precision"] != "fp32"
     return knobs
 
@@ -138,6 +168,11 @@ def start_runtime(knobs: dict[str, Any]) -> Runtime:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if knobs.get("expandable_segments"):  # read when the allocator starts: before any CUDA call
+        settings = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(
+            filter(None, (settings, "expandable_segments:True"))
+        )
     if knobs["device"] == "cuda":
         if not torch.cuda.is_available():
             raise RecipeError("no-cuda", "--device cuda, but torch.cuda.is_available() is False")
@@ -187,6 +222,106 @@ class Checkpointed(nn.Module):
 
     def forward(self, *args: Any) -> Any:
         return checkpoint(self.inner, *args, use_reentrant=False)
+
+
+def checkpoint_blocks(slots: Sequence[tuple[Any, int | str]], every: int) -> int:
+    """Wrap every ``every``-th block (the first, then each k-th after it) in `Checkpointed`.
+
+    ``slots`` are the model's blocks in forward order as (container, key): a ModuleList or
+    Sequential indexed by position, or a module and an attribute name. Returns how many were
+    wrapped; ``every`` 0 wraps none."""
+    wrapped = 0
+    for position, (container, key) in enumerate(slots):
+        if every < 1 or position % every:
+            continue
+        if isinstance(key, str):
+            setattr(container, key, Checkpointed(getattr(container, key)))
+        else:
+            container[key] = Checkpointed(container[key])
+        wrapped += 1
+    return wrapped
+
+
+class SavedActivations(torch.autograd.graph.saved_tensors_hooks):
+    """Hooks on the tensors autograd saves for backward: optionally keeps them in a narrower type
+    (bf16, or fp8 with a per-tensor scale), and counts the bytes held, live, and their peak.
+
+    Parameters are left alone (autograd saves a reference, not a copy), and so are small or
+    non-float tensors. Inside a checkpointed block the checkpoint's own hooks apply instead: what
+    it recomputes is not saved, so it is neither compressed nor counted."""
+
+    def __init__(self, compress: str | None) -> None:
+        self.dtype = COMPRESSED_TYPES[compress] if compress else None
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self._storages: dict[int, list[int]] = {}  # data pointer: [saved tensors on it, bytes]
+        super().__init__(self._pack, self._unpack)
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        narrow = (
+            self.dtype is not None
+            and tensor.is_floating_point()
+            and tensor.element_size() > self.dtype.itemsize
+            and tensor.numel() >= COMPRESS_MIN_ELEMENTS
+            and not (tensor.is_leaf and tensor.requires_grad)
+        )
+        if not narrow:
+            return _Held(self, tensor, tensor, None, None)
+        if self.dtype == torch.float8_e4m3fn:
+            scale = tensor.detach().abs().amax().float().clamp(min=1e-12) / FP8_MAX
+            stored = (tensor.detach() / scale).to(self.dtype)
+        else:
+            scale, stored = None, tensor.detach().to(self.dtype)
+        return _Held(self, stored, None, tensor.dtype, scale)
+
+    @staticmethod
+    def _unpack(held: _Held) -> torch.Tensor:
+        if held.original is not None:
+            return held.original
+        restored = held.stored.to(held.dtype)
+        return restored * held.scale if held.scale is not None else restored
+
+    def hold(self, storage: torch.UntypedStorage) -> None:
+        """Count a storage once however many saved tensors view it."""
+        key = storage.data_ptr()
+        entry = self._storages.setdefault(key, [0, storage.nbytes()])
+        if entry[0] == 0:
+            self.live_bytes += entry[1]
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        entry[0] += 1
+
+    def release(self, storage_key: int) -> None:
+        entry = self._storages[storage_key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.live_bytes -= entry[1]
+            del self._storages[storage_key]
+
+
+class _Held:
+    """One saved tensor, as kept; its storage leaves the count when autograd lets go of it."""
+
+    __slots__ = ("dtype", "key", "meter", "original", "scale", "stored")
+
+    def __init__(
+        self,
+        meter: SavedActivations,
+        stored: torch.Tensor,
+        original: torch.Tensor | None,
+        dtype: torch.dtype | None,
+        scale: torch.Tensor | None,
+    ) -> None:
+        self.meter, self.stored, self.original = meter, stored, original
+        self.dtype, self.scale = dtype, scale
+        self.key = None
+        if not (stored.is_leaf and stored.requires_grad):  # a parameter: a reference, no copy
+            storage = stored.untyped_storage()
+            meter.hold(storage)
+            self.key = storage.data_ptr()
+
+    def __del__(self) -> None:
+        if self.key is not None:
+            self.meter.release(self.key)
 
 
 def prepare_model(model: nn.Module, knobs: dict[str, Any], rt: Runtime) -> nn.Module:
@@ -259,6 +394,101 @@ def peak_memory(rt: Runtime) -> tuple[float, str]:
     return kib / 1024, "process-rss-high-water"
 
 
+def memory_fields(
+    rt: Runtime,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    saved: SavedActivations | None,
+) -> dict[str, Any]:
+    """What the memory doctor reads beside the peak: on CUDA the allocator's peak reserved and the
+    card's size; everywhere, the tensor accounting (parameters, gradients, optimizer state, and
+    the peak of activations saved for backward when they were counted)."""
+    fields: dict[str, Any] = {}
+    if rt.device.type == "cuda":
+        fields["peak_reserved_mib"] = torch.cuda.max_memory_reserved(rt.device) / 2**20
+        total = torch.cuda.get_device_properties(rt.device).total_memory
+        fields["device_memory_mib"] = total / 2**20
+    tensors = [p for p in model.parameters()]
+    tensors += [p.grad for p in model.parameters() if p.grad is not None]
+    tensors += [
+        value
+        for state in optimizer.state.values()
+        for value in state.values()
+        if isinstance(value, torch.Tensor)
+    ]
+    state_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    fields["model_state_mib"] = state_bytes / 2**20
+    if saved is not None:
+        fields["saved_activations_peak_mib"] = saved.peak_bytes / 2**20
+        fields["tensor_peak_mib"] = (state_bytes + saved.peak_bytes) / 2**20
+    return fields
+
+
+def start_memory_history(knobs: dict[str, Any], rt: Runtime) -> bool:
+    """Record allocations with their Python stacks (CUDA only: the CPU has no such recorder)."""
+    if not knobs.get("memory_history"):
+        return False
+    if rt.device.type != "cuda":
+        emit({"event": "memory_sites", "sites": [], "note": "memory history needs CUDA"}, rt)
+        return False
+    torch.cuda.memory._record_memory_history(max_entries=MEMORY_HISTORY_ENTRIES, stacks="python")
+    return True
+
+
+def allocation_sites(snapshot: dict[str, Any], limit: int = 8) -> dict[str, Any]:
+    """Where the memory live at the recorded peak was allocated: the trace of a
+    `torch.cuda.memory._snapshot()` replayed (alloc adds, free_completed removes), the live set
+    at its largest grouped by the first frame outside torch, largest first."""
+    traces = snapshot.get("device_traces") or [[]]
+    events = max(traces, key=len)
+    live: dict[int, int] = {}
+    total = peak = peak_index = 0
+    for index, event in enumerate(events):
+        if event.get("action") == "alloc":
+            live[event["addr"]] = event["size"]
+            total += event["size"]
+        elif event.get("action") == "free_completed":
+            total -= live.pop(event["addr"], 0)
+        if total > peak:
+            peak, peak_index = total, index
+    held: dict[int, dict[str, Any]] = {}
+    for event in events[: peak_index + 1]:
+        if event.get("action") == "alloc":
+            held[event["addr"]] = event
+        elif event.get("action") == "free_completed":
+            held.pop(event["addr"], None)
+    sites: dict[str, list[int]] = {}
+    for event in held.values():
+        site = sites.setdefault(_site(event.get("frames") or []), [0, 0])
+        site[0] += event["size"]
+        site[1] += 1
+    ranked = sorted(sites.items(), key=lambda item: -item[1][0])[:limit]
+    return {
+        "peak_mib": peak / 2**20,
+        "sites": [
+            {"site": name, "mib": size / 2**20, "allocations": count}
+            for name, (size, count) in ranked
+        ],
+    }
+
+
+def _site(frames: list[dict[str, Any]]) -> str:
+    for frame in frames:
+        filename = str(frame.get("filename", ""))
+        if "/torch/" in filename or filename.endswith("_recipe_harness.py"):
+            continue
+        return f"{os.path.basename(filename)}:{frame.get('line')} {frame.get('name')}"
+    if frames:
+        return "inside torch (no recipe frame)"
+    return "autograd's backward (no Python frame)"
+
+
+def finish_memory_history(rt: Runtime) -> None:
+    snapshot = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    emit({"event": "memory_sites", **allocation_sites(snapshot)}, rt)
+
+
 def global_sum(values: list[float], rt: Runtime) -> list[float]:
     if rt.world_size == 1:
         return values
@@ -290,6 +520,12 @@ def train(
     are global: each window's counts are summed over ranks.
     """
     scaler = grad_scaler(knobs, rt)
+    # Saved tensors are counted where no CUDA allocator can say what they hold, and compressed
+    # when asked; on CUDA without compression no hook runs (it would cost Python per tensor).
+    needs_hooks = knobs.get("compress_activations") or rt.device.type != "cuda"
+    saved = SavedActivations(knobs.get("compress_activations")) if needs_hooks else None
+    hooks = saved if saved is not None else contextlib.nullcontext()
+    recording = start_memory_history(knobs, rt)
     accumulate, warmup = knobs["accumulate"], knobs["warmup_steps"]
     total = warmup + knobs["steps"]
     optimizer.zero_grad(set_to_none=True)
@@ -305,7 +541,7 @@ def train(
         optimizer_due = step % accumulate == 0
         skip_sync = no_sync() if no_sync and not optimizer_due else contextlib.nullcontext()
         with skip_sync:
-            with autocast(knobs, rt):
+            with hooks, autocast(knobs, rt):
                 loss = loss_of(model, batch.data)
             scaler.scale(loss / accumulate).backward()
         if optimizer_due:
@@ -341,6 +577,8 @@ def train(
         emit(event, rt)
         window_samples = window_tokens = 0
         window_start = time.perf_counter()
+    if recording:
+        finish_memory_history(rt)
     mib, source = peak_memory(rt)
     seconds = measured["seconds"]
     result = {
@@ -353,6 +591,7 @@ def train(
         "measured_seconds": seconds,
         "loss_first": logged_losses[0] if logged_losses else None,
         "loss_last": logged_losses[-1] if logged_losses else None,
+        **memory_fields(rt, model, optimizer, saved),
     }
     if measured["tokens"]:
         result["tokens_per_s"] = measured["tokens"] / seconds

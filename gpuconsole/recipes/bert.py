@@ -21,9 +21,9 @@ import math
 import sys
 from _recipe_harness import (
     Batch,
-    Checkpointed,
     RecipeError,
     Runtime,
+    checkpoint_blocks,
     common_parser,
     configure_math,
     emit,
@@ -80,7 +80,9 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
     return {
         "batch_size": 8 if tiny else 32,
         "accumulate": 1,
-        "checkpoint_activations": False,
+        "checkpoint_every": 0,
+        "compress_activations": None,
+        "expandable_segments": False,
         "steps": 4 if tiny else 100,
         "warmup_steps": 1 if tiny else 30,
         "log_every": 1 if tiny else 10,
@@ -212,11 +214,6 @@ def masked_lm_loss(model: nn.Module, data: tuple[torch.Tensor, ...]) -> torch.Te
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
 
 
-def checkpoint_layers(model: MaskedLanguageModel) -> None:
-    for index, layer in enumerate(model.layers):
-        model.layers[index] = Checkpointed(layer)
-
-
 def parse_knobs(argv: list[str]) -> dict[str, Any]:
     parser = common_parser(__doc__.splitlines()[0], PRESETS)
     parser.add_argument("--padding", choices=("dynamic", "fixed"))
@@ -243,8 +240,8 @@ def main(argv: list[str]) -> None:
     rt = start_runtime(knobs)
     configure_math(knobs)
     model = MaskedLanguageModel(knobs)
-    if knobs["checkpoint_activations"]:
-        checkpoint_layers(model)
+    layers = [(model.layers, index) for index in range(len(model.layers))]
+    checkpoint_blocks(layers, knobs["checkpoint_every"])
     model = prepare_model(model, knobs, rt)
     optimizer = make_optimizer(torch.optim.AdamW, model, knobs, lr=1e-4, weight_decay=0.01)
     padded: list[int] = []

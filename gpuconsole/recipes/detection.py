@@ -26,9 +26,9 @@ import random
 import sys
 from _recipe_harness import (
     Batch,
-    Checkpointed,
     RecipeError,
     Runtime,
+    checkpoint_blocks,
     common_parser,
     configure_math,
     emit,
@@ -83,7 +83,9 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
     return {
         "batch_size": max(1, GUIDE_GLOBAL_BATCH // world_size),
         "accumulate": GUIDE_ACCUMULATE,
-        "checkpoint_activations": False,
+        "checkpoint_every": 0,
+        "compress_activations": None,
+        "expandable_segments": False,
         "steps": 8 if tiny else 100,
         "warmup_steps": 0 if tiny else 20,
         "log_every": 4 if tiny else 10,
@@ -153,9 +155,9 @@ class Detector(nn.Module):
         return [self.head(self.smooth[level](p)) for level, p in enumerate((p3, p4, p5))]
 
 
-def checkpoint_backbone(model: Detector) -> None:
-    for name in Detector.BACKBONE[1:]:
-        setattr(model, name, Checkpointed(getattr(model, name)))
+def backbone_slots(model: Detector) -> list[tuple[Detector, str]]:
+    """The backbone's stages after the stem, in forward order, as (model, attribute)."""
+    return [(model, name) for name in Detector.BACKBONE[1:]]
 
 
 class MosaicScenes(torch.utils.data.Dataset):
@@ -304,8 +306,7 @@ def main(argv: list[str]) -> None:
     rt = start_runtime(knobs)
     configure_math(knobs)
     model = Detector(knobs["width"], knobs["classes"])
-    if knobs["checkpoint_activations"]:
-        checkpoint_backbone(model)
+    checkpoint_blocks(backbone_slots(model), knobs["checkpoint_every"])
     model = prepare_model(model, knobs, rt)
     # YOLOv5's default hyperparameters: lr 0.01, momentum 0.937, weight decay 5e-4, Nesterov.
     optimizer = make_optimizer(

@@ -20,9 +20,9 @@ import os
 import sys
 from _recipe_harness import (
     Batch,
-    Checkpointed,
     RecipeError,
     Runtime,
+    checkpoint_blocks,
     common_parser,
     configure_math,
     emit,
@@ -74,7 +74,9 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
     return {
         "batch_size": 8 if tiny else 256,
         "accumulate": 1,
-        "checkpoint_activations": False,
+        "checkpoint_every": 0,
+        "compress_activations": None,
+        "expandable_segments": False,
         "steps": 4 if tiny else 100,
         "warmup_steps": 1 if tiny else 30,
         "log_every": 1 if tiny else 10,
@@ -155,11 +157,10 @@ def build_model(knobs: dict[str, Any], num_classes: int) -> tuple[nn.Module, str
     return ResNet50(num_classes, width=knobs["width"]), "builtin"
 
 
-def checkpoint_blocks(model: nn.Module) -> None:
-    for index in range(1, 5):
-        stage = getattr(model, f"layer{index}")
-        for position, block in enumerate(stage):
-            stage[position] = Checkpointed(block)
+def block_slots(model: nn.Module) -> list[tuple[nn.Sequential, int]]:
+    """The bottleneck blocks in forward order, as (stage, position)."""
+    stages = [getattr(model, f"layer{index}") for index in range(1, 5)]
+    return [(stage, position) for stage in stages for position in range(len(stage))]
 
 
 def synthetic_batches(knobs: dict[str, Any], rt: Runtime) -> Iterator[Batch]:
@@ -267,8 +268,7 @@ def main(argv: list[str]) -> None:
     configure_math(knobs)
     dataset = ImageFolder(knobs["data"], knobs["image_size"]) if knobs["data"] else None
     model, source = build_model(knobs, dataset.num_classes if dataset else SYNTHETIC_CLASSES)
-    if knobs["checkpoint_activations"]:
-        checkpoint_blocks(model)
+    checkpoint_blocks(block_slots(model), knobs["checkpoint_every"])
     model = prepare_model(model, knobs, rt)
     # Linear scaling of the learning rate with the batch, 0.1 per 256 (Goyal et al. 2017).
     global_batch = knobs["batch_size"] * knobs["accumulate"] * rt.world_size

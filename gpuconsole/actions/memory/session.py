@@ -1,0 +1,234 @@
+"""The memory doctor's runs: the trials on one GPU of a host, the checkpoint interval chosen for
+the target, the recommendation, the largest batch that fits, and where the memory went."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpuconsole.actions.launch.commands import LaunchError, LaunchSpec, single_host_command
+from gpuconsole.actions.launch.run import Event, run_recipe
+from gpuconsole.actions.launch.session import shells_for
+from gpuconsole.actions.memory.trials import (
+    Fixes,
+    Trial,
+    checkpoint_interval,
+    default_target_mib,
+    first_trials,
+    fits,
+    next_batch,
+    recommend,
+    trial_from_summary,
+)
+from gpuconsole.actions.verify.model import Target
+from gpuconsole.actions.verify.shell import Shell
+from gpuconsole.hosts.ssh import SshSettings
+
+BATCH_PROBES = 8
+"""At most this many short runs look for the largest batch."""
+EMPTY_CACHE_TRUTH = (
+    "torch.cuda.empty_cache() returns the allocator's cached blocks to the driver, for other "
+    "processes and later phases; it does not lower a running step's peak, so it is not a trial"
+)
+
+
+class MemoryDoctorError(Exception):
+    """The trials cannot run at all (no torch, a bad argument, an unreachable host)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """How long each run is: trials long enough for a steady throughput, probes just a peak."""
+
+    steps: int = 8
+    warmup: int = 3
+    probe_steps: int = 2
+
+
+@dataclass(slots=True)
+class MemoryReport:
+    host: str
+    recipe: str
+    batch_size: int | None = None
+    target_mib: float | None = None
+    trials: list[Trial] = field(default_factory=list)
+    recommended: Trial | None = None
+    largest_batch: Trial | None = None
+    sites: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorRequest:
+    """What to try: every fix (``only`` None) or one set, against a target in GiB or as a share
+    of the fp32 run's peak (``target_share``); neither: the card less the guide's reserve."""
+
+    recipe: str
+    target_gib: float | None = None
+    target_share: float | None = None
+    only: Fixes | None = None
+    amp: str = "bf16"
+    batch_size: int | None = None
+    gpu: int = 0
+    extra: tuple[str, ...] = ()
+    schedule: Schedule = Schedule()
+
+
+class _Runner:
+    """Runs one set of fixes on the host and reads the trial from its summary."""
+
+    def __init__(
+        self, shell: Shell, target: Target, request: DoctorRequest, on_line: Callable[[str], None]
+    ) -> None:
+        self.shell, self.target, self.request, self.on_line = shell, target, request, on_line
+        self.python = target.entry.python if target.entry else "python3"
+
+    async def run(
+        self, fixes: Fixes, batch: int | None, steps: int, warmup: int, history: bool = False
+    ) -> tuple[Trial, list[Event]]:
+        args = fixes.arguments(batch) if batch else _without_batch(fixes.arguments(1))
+        args += ["--warmup-steps", str(warmup), "--steps", str(steps), "--log-every", "1000"]
+        if history:
+            args.append("--memory-history")
+        spec = LaunchSpec(self.request.recipe, "baseline", extra=(*args, *self.request.extra))
+        command = single_host_command(spec, (self.request.gpu,), self.python)
+        events: list[Event] = []
+        result = await run_recipe(
+            self.shell, self.target.name, spec, command, events.append, self.on_line
+        )
+        if result.summary is None:
+            trial = Trial(fixes, error_kind=result.error_kind, error=result.error)
+        else:
+            trial = trial_from_summary(fixes, result.summary)
+        return trial, events
+
+
+def _without_batch(args: list[str]) -> list[str]:
+    """The flags without --batch-size: the recipe's own batch (the first run learns it)."""
+    index = args.index("--batch-size")
+    return args[:index] + args[index + 2 :]
+
+
+async def run_doctor(
+    target: Target,
+    request: DoctorRequest,
+    *,
+    on_trial: Callable[[Trial], None] = lambda _trial: None,
+    on_line: Callable[[str], None] = lambda _line: None,
+    settings: SshSettings | None = None,
+) -> MemoryReport:
+    """Every trial on ``target``, then the choice; `MemoryDoctorError` when none can run."""
+    if any(a == "--batch-size" or a.startswith("--batch-size=") for a in request.extra):
+        raise MemoryDoctorError("give the job's batch as --batch-size of `memory`, not after --")
+    report = MemoryReport(target.name, request.recipe, request.batch_size)
+    schedule = request.schedule
+    try:
+        async with shells_for([target], settings) as shells:
+            runner = _Runner(shells[target.name], target, request, on_line)
+
+            async def trial(fixes: Fixes, batch: int | None = None, probe: bool = False) -> Trial:
+                steps = schedule.probe_steps if probe else schedule.steps
+                warmup = 1 if probe else schedule.warmup
+                batch = batch or report.batch_size
+                if fixes.micro_batches > 1 and batch is None:
+                    done = Trial(fixes, error_kind="usage", error="the job's batch is unknown")
+                else:
+                    done, events = await runner.run(fixes, batch, steps, warmup)
+                    report.batch_size = report.batch_size or _batch_of(events)
+                report.trials.append(done)
+                on_trial(done)
+                return done
+
+            baseline, *rest = first_trials(request.amp)
+            if request.only is not None:
+                baseline, rest = request.only, []
+            first = await trial(baseline)
+            if not first.ok and first.error_kind != "oom":
+                raise MemoryDoctorError(f"{request.recipe} on {target.name}: {first.error}")
+            if not first.source.startswith("CUDA"):  # the CPU has no caching allocator
+                rest = [fixes for fixes in rest if not fixes.expandable]
+            for fixes in rest:
+                await trial(fixes)
+            await _choose(report, request, trial)
+            if first.source.startswith("CUDA"):
+                _, events = await runner.run(baseline, report.batch_size, 2, 1, history=True)
+                sites = next((e for e in events if e["event"] == "memory_sites"), None)
+                report.sites = {**sites, "fixes": baseline.name} if sites else None
+    except LaunchError as error:
+        raise MemoryDoctorError(str(error)) from None
+    report.notes.append(EMPTY_CACHE_TRUTH)
+    return report
+
+
+async def _choose(
+    report: MemoryReport,
+    request: DoctorRequest,
+    trial: Callable[..., Any],
+) -> None:
+    """The checkpoint interval for the target, the recommendation, the largest batch."""
+    target = _target_mib(request, report.trials)
+    report.target_mib = target
+    if target is None:
+        report.notes.append(
+            "no target: give --target GiB (a share like 20% needs the fp32 trial's peak; "
+            "the card's size needs CUDA)"
+        )
+        return
+    mixed = Fixes(precision=request.amp)
+    plain = _find(report.trials, mixed)
+    every = _find(report.trials, replace(mixed, checkpoint_every=1))
+    if plain is not None and every is not None:
+        k = checkpoint_interval(plain, every, target)
+        if k is not None:
+            await trial(replace(mixed, checkpoint_every=k))
+    report.recommended = recommend(report.trials, target)
+    base = report.recommended or _smallest(report.trials)
+    if base is not None and report.batch_size:
+        report.largest_batch = await _largest_batch(base, report.batch_size, target, trial)
+
+
+async def _largest_batch(
+    base: Trial, batch: int, target_mib: float, trial: Callable[..., Any]
+) -> Trial | None:
+    """Bisect for the largest batch under the target with ``base``'s fixes (micro-batches
+    aside: a batch search is of what one step holds). None: not even a batch of one fits."""
+    fixes = replace(base.fixes, micro_batches=1)
+    fitting, failing = (batch, None) if fits(base, target_mib) else (0, batch)
+    best: Trial | None = base if fitting else None
+    last = base
+    for _ in range(BATCH_PROBES):
+        size = next_batch(fitting, failing, last, target_mib)
+        if size is None or size < 1:
+            break
+        last = await trial(replace(fixes, batch_size=size), size, probe=True)
+        if fits(last, target_mib):
+            fitting, best = size, last
+        else:
+            failing = size
+    return best
+
+
+def _target_mib(request: DoctorRequest, trials: Sequence[Trial]) -> float | None:
+    if request.target_gib:
+        return request.target_gib * 1024
+    if request.target_share:
+        fp32 = _find(trials, Fixes())
+        return fp32.peak_mib * request.target_share if fp32 and fp32.peak_mib else None
+    return default_target_mib(trials)
+
+
+def _find(trials: Sequence[Trial], fixes: Fixes) -> Trial | None:
+    return next((t for t in trials if t.fixes == fixes and t.ok), None)
+
+
+def _smallest(trials: Sequence[Trial]) -> Trial | None:
+    measured = [t for t in trials if t.ok and t.fixes.batch_size is None]
+    return min(measured, key=lambda t: t.peak_mib or 0.0) if measured else None
+
+
+def _batch_of(events: Sequence[Event]) -> int | None:
+    summary = next((e for e in events if e["event"] == "summary"), None)
+    knobs = summary.get("knobs", {}) if summary else {}
+    batch, accumulate = knobs.get("batch_size"), knobs.get("accumulate", 1)
+    return batch * accumulate if isinstance(batch, int) else None

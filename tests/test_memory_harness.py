@@ -1,0 +1,98 @@
+"""The recipes' memory knobs, in-process: saved-tensor compression and accounting, checkpointing
+every k-th block, and the summary of a recorded allocation history."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+
+import pytest
+
+from gpuconsole.recipes import HARNESS
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def harness() -> ModuleType:
+    sys.path.insert(0, str(HARNESS.parent))
+    try:
+        return importlib.import_module("_recipe_harness")
+    finally:
+        sys.path.remove(str(HARNESS.parent))
+
+
+def _mlp(width: int = 256, depth: int = 4) -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
+    return torch.nn.Sequential(*layers)
+
+
+def _saved_peak(harness: ModuleType, compress: str | None) -> tuple[float, torch.Tensor, float]:
+    model = _mlp()
+    x = torch.randn(64, 256)
+    saved = harness.SavedActivations(compress)
+    with saved:
+        loss = model(x).square().mean()
+    live = saved.live_bytes
+    loss.backward()
+    gradient = model[0].weight.grad.clone()
+    assert saved.live_bytes == 0  # backward let go of everything it kept
+    return saved.peak_bytes, gradient, live
+
+
+def test_saved_activations_are_counted_and_narrowed(harness: ModuleType) -> None:
+    plain, exact, live = _saved_peak(harness, None)
+    assert plain == live > 0
+    # fp32 activations of 64×256: every Linear and GELU keeps one input (weights are not copies)
+    assert plain >= 4 * 64 * 256 * 4
+    half, bf16_grad, _ = _saved_peak(harness, "bf16")
+    quarter, fp8_grad, _ = _saved_peak(harness, "fp8")
+    assert half == pytest.approx(plain / 2, rel=0.05)
+    assert quarter == pytest.approx(plain / 4, rel=0.05)
+    # narrower activations, nearly the same gradients
+    assert torch.allclose(bf16_grad, exact, rtol=0.05, atol=1e-4)
+    assert (fp8_grad - exact).norm() / exact.norm() < 0.15
+    assert not torch.equal(fp8_grad, exact)
+
+
+def test_every_kth_block_is_checkpointed(harness: ModuleType) -> None:
+    model = _mlp(depth=6)
+    linears = [(model, index) for index in range(0, len(model), 2)]  # six blocks
+    assert harness.checkpoint_blocks(linears, 2) == 3
+    kinds = [type(model[index]).__name__ for _, index in linears]
+    assert kinds == ["Checkpointed", "Linear"] * 3
+    assert harness.checkpoint_blocks(linears, 0) == 0
+
+
+def _event(action: str, addr: int, size: int, filename: str, line: int) -> dict[str, object]:
+    frames = [{"filename": "/x/torch/nn/modules/linear.py", "line": 125, "name": "forward"}]
+    frames.append({"filename": filename, "line": line, "name": "forward"})
+    return {"action": action, "addr": addr, "size": size, "frames": frames}
+
+
+def test_the_allocation_history_names_the_sites_live_at_the_peak(harness: ModuleType) -> None:
+    """A trace written in the form `torch.cuda.memory._snapshot()` returns: three allocations
+    live together at the peak; one freed before; one allocated after the peak."""
+    mib = 2**20
+    trace = [
+        _event("alloc", 1, 100 * mib, "/h/bert.py", 117),
+        _event("free_requested", 1, 100 * mib, "/h/bert.py", 117),
+        _event("free_completed", 1, 100 * mib, "/h/bert.py", 117),
+        _event("alloc", 2, 300 * mib, "/h/bert.py", 117),
+        _event("alloc", 3, 200 * mib, "/h/bert.py", 140),
+        {"action": "alloc", "addr": 4, "size": 50 * mib, "frames": []},
+        _event("free_completed", 3, 200 * mib, "/h/bert.py", 140),
+        _event("alloc", 5, 120 * mib, "/h/bert.py", 150),
+    ]
+    summary = harness.allocation_sites({"segments": [], "device_traces": [trace]})
+    assert summary["peak_mib"] == pytest.approx(550)
+    sites = [(s["site"], s["mib"], s["allocations"]) for s in summary["sites"]]
+    assert sites == [
+        ("bert.py:117 forward", 300, 1),
+        ("bert.py:140 forward", 200, 1),
+        ("autograd's backward (no Python frame)", 50, 1),
+    ]

@@ -1,0 +1,110 @@
+"""The memory doctor's choices, on trial tables written as a run would report them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpuconsole.actions.memory.trials import (
+    Fixes,
+    Trial,
+    checkpoint_interval,
+    default_target_mib,
+    first_trials,
+    loss_drift,
+    next_batch,
+    parse_fixes,
+    recommend,
+)
+
+FP32 = Fixes()
+BF16 = Fixes(precision="bf16")
+CKPT = replace(BF16, checkpoint_every=1)
+
+
+def trial(fixes: Fixes, peak: float, speed: float, loss: float = 7.0, **kw: float) -> Trial:
+    return Trial(fixes, peak, peak, speed, loss, "CUDA allocator: peak reserved", **kw)
+
+
+# Shaped like BERT-base at sequence 512, batch 32 (GiB as MiB): fp32 large, bf16 about 2/3,
+# checkpointing every block leaves the model state and one block's recompute.
+TABLE = [
+    trial(FP32, 11_800, 310.0, device_memory_mib=143_771.0, state_mib=1_700.0),
+    trial(BF16, 7_900, 1_000.0),
+    trial(CKPT, 2_000, 760.0),
+    trial(Fixes(compress="bf16"), 7_400, 290.0, loss=7.002),
+    trial(replace(BF16, compress="fp8"), 4_800, 800.0, loss=7.3),  # drifts 4 %: not chosen
+    trial(replace(BF16, expandable=True), 7_700, 1_000.0),
+    trial(replace(BF16, micro_batches=2), 4_900, 900.0),
+    trial(replace(CKPT, expandable=True), 1_950, 755.0),
+]
+
+
+def test_the_cheapest_set_under_the_target_wins() -> None:
+    assert recommend(TABLE, 2_400).fixes == CKPT  # expandable is as fast: fewer fixes win
+    assert recommend(TABLE, 5_000).fixes == replace(BF16, micro_batches=2)
+    # bf16 and bf16+expandable are equally fast: the plain one
+    assert recommend(TABLE, 100_000).fixes == BF16
+    assert recommend(TABLE, 1_000) is None
+
+
+def test_a_compression_that_moves_the_loss_is_not_recommended() -> None:
+    fp8 = TABLE[4]
+    assert loss_drift(fp8, TABLE) == pytest.approx(0.3 / 7.0)
+    assert loss_drift(TABLE[3], TABLE) == pytest.approx(0.002 / 7.0)
+    assert recommend(TABLE, 4_850).fixes == CKPT  # the faster fp8 run drifts
+
+
+def test_the_default_target_is_the_card_less_a_fifth() -> None:
+    assert default_target_mib(TABLE) == pytest.approx(143_771.0 * 0.8)
+    assert default_target_mib(TABLE[1:]) is None  # no trial knew the card
+
+
+def test_the_checkpoint_interval_is_the_sparsest_that_fits() -> None:
+    plain, every = TABLE[1], TABLE[2]  # 7,900 and 2,000 MiB
+    assert checkpoint_interval(plain, every, 5_000) == 2  # 2,000 + 5,900 × (1 - 1/2) = 4,950
+    assert checkpoint_interval(plain, every, 6_000) == 3  # 2,000 + 5,900 × 2/3 = 5,933
+    assert checkpoint_interval(plain, every, 3_000) is None  # only every block fits
+    assert checkpoint_interval(plain, every, 9_000) is None  # no checkpointing needed
+    assert checkpoint_interval(plain, every, 1_000) is None  # nothing fits
+
+
+@pytest.mark.parametrize("target", [3_000.0, 16_384.0, 40_000.0])
+def test_the_batch_search_finds_the_largest_batch_that_fits(target: float) -> None:
+    """Against a job whose peak is model state plus activations linear in the batch, with a
+    little curvature so that the first linear guess is not exact."""
+
+    def measure(batch: int) -> Trial:
+        peak = 1_700 + 190 * batch + 0.4 * batch**2
+        return replace(TABLE[1], peak_mib=peak, state_mib=1_700.0)
+
+    def fits(batch: int) -> bool:
+        return measure(batch).peak_mib <= target
+
+    fitting, failing, last, probes = 32, None, measure(32), 0
+    if not fits(32):
+        fitting, failing = 0, 32
+    while (size := next_batch(fitting, failing, last, target)) is not None:
+        probes += 1
+        last = measure(size)
+        fitting, failing = (size, failing) if fits(size) else (fitting, size)
+    truth = max(b for b in range(1, 400) if fits(b))
+    assert truth - max(1, truth // 16) <= fitting <= truth
+    assert probes <= 8
+
+
+def test_fix_names_read_back() -> None:
+    for fixes in first_trials("bf16"):
+        assert parse_fixes(fixes.name) == fixes
+    assert parse_fixes("fp16+checkpoint/3+micro-batch/4") == Fixes(
+        precision="fp16", checkpoint_every=3, micro_batches=4
+    )
+    with pytest.raises(ValueError, match="unknown fix 'zero3'"):
+        parse_fixes("bf16+zero3")
+
+
+def test_micro_batches_split_the_batch_and_accumulate() -> None:
+    args = replace(BF16, micro_batches=4).arguments(32)
+    assert args[args.index("--batch-size") + 1] == "8"
+    assert args[args.index("--accumulate") + 1] == "4"
