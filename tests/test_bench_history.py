@@ -387,3 +387,24 @@ def test_history_json_keeps_missing_values_as_null() -> None:
     assert entry["knobs"] == {"precision": "bf16", "compile": True}
     assert entry["unit"] == "img/s"
     assert json.loads(json.dumps(entry)) == entry
+
+
+def test_bench_history_flags_a_run_as_launch_did_when_it_kept_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuconsole.cli import main
+
+    monkeypatch.setenv(BENCH_DB_ENV, str(tmp_path / "bench.sqlite"))
+    history = BenchHistory()
+    for result in (*host_history(7900, 7980, 8050), run(7010, time=T0 + 100)):
+        history.record(result)
+    history.record(run(8000, time=T0 + 200))  # a later good run does not clear the flag
+
+    assert main(["bench", "history"]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    flagged = [line for line in lines if line.endswith("REGRESSION")]
+    assert len(flagged) == 1 and "7,010.0 img/s" in flagged[0]
+    assert lines[-1] == (
+        "run 4 regression: 7,010 img/s is 12 % below this host's median of 7,980 over 3 runs"
+    )

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from gpuconsole.bench.history import BenchResult, Judgement, unit
 from gpuconsole.summary import short_model
 
-_HEADER = (
+HEADER = (
     "when",
     "host",
     "GPU",
@@ -22,7 +22,7 @@ _HEADER = (
     "status",
     "flag",
 )
-_RIGHT_ALIGNED = {"world", "throughput", "peak mem"}
+RIGHT_ALIGNED = {"world", "throughput", "peak mem"}
 
 
 def history_text(
@@ -33,9 +33,9 @@ def history_text(
     if not results:
         return "no benchmark runs recorded"
     verdicts: Sequence[Judgement | None] = judgements or [None] * len(results)
-    rows = [_row(result, verdict) for result, verdict in zip(results, verdicts, strict=True)]
-    widths = [max(len(row[i]) for row in (_HEADER, *rows)) for i in range(len(_HEADER))]
-    lines = [_line(row, widths) for row in (_HEADER, *rows)]
+    rows = [row(result, verdict) for result, verdict in zip(results, verdicts, strict=True)]
+    widths = [max(len(shown[i]) for shown in (HEADER, *rows)) for i in range(len(HEADER))]
+    lines = [_line(shown, widths) for shown in (HEADER, *rows)]
     for result, verdict in zip(results, verdicts, strict=True):
         label = f"run {result.run_id}" if result.run_id is not None else result.host
         if result.status == "failed":
@@ -51,11 +51,13 @@ def history_json(results: Sequence[BenchResult]) -> list[dict[str, Any]]:
     return [{**dataclasses.asdict(r), "unit": unit(r.recipe)} for r in results]
 
 
-def _row(result: BenchResult, verdict: Judgement | None) -> tuple[str, ...]:
+def row(result: BenchResult, verdict: Judgement | None, *, utc: bool = False) -> tuple[str, ...]:
+    """A run's cells under `HEADER`; its time in local time, or in UTC with ``utc``."""
     rate = result.samples_per_s
     peak = result.peak_memory_mib
+    when = datetime.fromtimestamp(result.time, timezone.utc if utc else None)
     return (
-        datetime.fromtimestamp(result.time).strftime("%Y-%m-%d %H:%M"),
+        when.strftime("%Y-%m-%d %H:%M"),
         result.host,
         short_model(result.gpu_model) or "N/A",
         result.recipe,
@@ -68,9 +70,9 @@ def _row(result: BenchResult, verdict: Judgement | None) -> tuple[str, ...]:
     )
 
 
-def _line(row: tuple[str, ...], widths: list[int]) -> str:
+def _line(shown: tuple[str, ...], widths: list[int]) -> str:
     cells = (
-        cell.rjust(width) if name in _RIGHT_ALIGNED else cell.ljust(width)
-        for name, cell, width in zip(_HEADER, row, widths, strict=True)
+        cell.rjust(width) if name in RIGHT_ALIGNED else cell.ljust(width)
+        for name, cell, width in zip(HEADER, shown, widths, strict=True)
     )
     return "  ".join(cells).rstrip()

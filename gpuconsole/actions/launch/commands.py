@@ -8,6 +8,7 @@ Facts: torchrun's c10d flags and the Slurm pattern as in shared/reference/gpu-fa
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -63,14 +64,18 @@ def script_path(recipe: str) -> str:
 
 
 def install_command(files: Mapping[str, str]) -> str:
-    """Write the recipe's files to the host (here-documents: no second channel, no scp)."""
-    parts = [f'mkdir -p "{RECIPE_DIR}"']
+    """Write the recipe's files to the host (here-documents: no second channel, no scp). Each
+    file is written aside and renamed into place, so a run already reading it (another node
+    sharing this home over NFS, say) never sees half a file; the first failure stops it."""
+    parts = [f'mkdir -p "{RECIPE_DIR}" || exit 1']
     for name, text in files.items():
         _check(_FILE, name, "file name")
         if _HEREDOC_END in text:
             raise LaunchError(f"{name} contains the line {_HEREDOC_END}")
+        final, aside = f'"{RECIPE_DIR}/{name}"', f'"{RECIPE_DIR}/.{name}.$$"'
         parts.append(
-            f"cat > \"{RECIPE_DIR}/{name}\" <<'{_HEREDOC_END}'\n{text.rstrip()}\n{_HEREDOC_END}"
+            f"cat > {aside} <<'{_HEREDOC_END}' && mv -f {aside} {final} || exit 1\n"
+            f"{text.rstrip()}\n{_HEREDOC_END}"
         )
     return "\n".join(parts) + "\n"
 
@@ -96,21 +101,31 @@ def node_command(
     job_id: str,
     python: str = "python3",
     is_head: bool = False,
+    port: int = RDZV_PORT,
+    local_addr: str | None = None,
 ) -> str:
-    """One node of a multi-node run: torchrun with c10d rendezvous at ``head``. The head node
-    hosts the rendezvous store and the others only join it, said explicitly (`is_host`):
-    torchrun's own guess, from whether ``head`` names this machine, fails on multi-homed hosts
-    and where several nodes share an address."""
-    for name in (*nodes, head):
+    """One node of a multi-node run: torchrun with c10d rendezvous at ``head``:``port``.
+
+    ``head`` is an address every node reaches (not an SSH alias: torchrun resolves it on each
+    node). The head hosts the rendezvous store and the others only join it, said explicitly
+    (`is_host`): torchrun's own guess, from whether ``head`` names this machine, fails on
+    multi-homed hosts and where several nodes share an address. ``local_addr`` is this node's
+    address as the others reach it: the node that becomes rank 0 serves the workers' store there
+    (torchrun's default is the node's FQDN, which need not resolve elsewhere)."""
+    for name in nodes:
         _check(_HOST, name, "host")
+    endpoint = f"{_address(head)}:{_port(port)}"
     _check(_JOB, job_id, "job id")
     script = f'"{script_path(spec.recipe)}"'
     args = " ".join(shlex.quote(a) for a in spec.arguments())
     runner = (
         f"{python} -m torch.distributed.run --nnodes {len(nodes)} --nproc-per-node "
-        f"{gpus_per_node} --rdzv-backend c10d --rdzv-endpoint {head}:{RDZV_PORT} "
+        f"{gpus_per_node} --rdzv-backend c10d --rdzv-endpoint {endpoint} "
         f"--rdzv-id {job_id} --rdzv-conf is_host={'true' if is_head else 'false'}"
     )
+    if local_addr is not None:
+        _address(local_addr)
+        runner += f" --local-addr {local_addr.strip('[]')}"
     return f"PYTHONUNBUFFERED=1 exec {runner} {script} {args}"
 
 
@@ -118,22 +133,42 @@ def slurm_command(
     spec: LaunchSpec, nodes: int, gpus_per_node: int, job_id: str, python: str = "python3"
 ) -> str:
     """Run on a Slurm login node: `srun` allocates the nodes (one task each) and streams their
-    output back; each task starts torchrun with rendezvous at the job's first node."""
+    output back; each task starts torchrun with rendezvous at the job's first node, which hosts
+    the store (its `SLURM_NODEID` is 0). The recipe is written to the login node's home, which
+    the compute nodes share, as on every Slurm cluster whose jobs read $HOME."""
     _check(_JOB, job_id, "job id")
     if nodes < 1 or gpus_per_node < 1:
         raise LaunchError(f"slurm: {nodes} node(s) × {gpus_per_node} GPU(s) is not a job")
     args = " ".join(shlex.quote(a) for a in spec.arguments())
     task = (
         'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1); '
+        'if [ "$SLURM_NODEID" = 0 ]; then host=true; else host=false; fi; '
         f"exec {python} -m torch.distributed.run --nnodes {nodes} --nproc-per-node "
         f'{gpus_per_node} --rdzv-backend c10d --rdzv-endpoint "$head:{RDZV_PORT}" '
-        f'--rdzv-id {job_id} "{script_path(spec.recipe)}" {args}'
+        f'--rdzv-id {job_id} --rdzv-conf "is_host=$host" "{script_path(spec.recipe)}" {args}'
     )
     return (
         f"PYTHONUNBUFFERED=1 exec srun --job-name=gpuconsole-{spec.recipe} --nodes={nodes} "
         f"--ntasks-per-node=1 --gpus-per-node={gpus_per_node} --exclusive "
         f"bash -c {shlex.quote(task)}"
     )
+
+
+def _address(value: str) -> str:
+    """A host name or IP address as it goes before `:port` (an IPv6 address in brackets)."""
+    bare = value.strip("[]")
+    try:
+        ip = ipaddress.ip_address(bare)
+    except ValueError:
+        _check(_HOST, value, "host")
+        return value
+    return f"[{ip}]" if ip.version == 6 else str(ip)
+
+
+def _port(value: int) -> int:
+    if not 1 <= value <= 65535:
+        raise LaunchError(f"rendezvous port {value} is not a TCP port")
+    return value
 
 
 def _check(pattern: re.Pattern[str], value: str, what: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuconsole.actions.launch.commands import LaunchSpec, install_command
@@ -74,6 +74,15 @@ def start_failure(lines: Sequence[str]) -> tuple[str, str]:
     return "other", last[:200]
 
 
+async def install_recipe(shell: Shell, spec: LaunchSpec) -> str | None:
+    """Write the recipe's files to the host; None when written, else why not (one line)."""
+    installed = await shell.run(install_command(recipe_files(spec.recipe)), 30.0)
+    if installed.ok:
+        return None
+    message = (installed.stderr or installed.stdout).strip()[:200] or "no output"
+    return f"cannot write the recipe: {message}"
+
+
 async def run_recipe(
     shell: Shell,
     host: str,
@@ -84,12 +93,22 @@ async def run_recipe(
     timeout: float = RUN_TIMEOUT_S,
 ) -> RunResult:
     """Install the recipe on the host, run ``command`` there, follow its events."""
-    installed = await shell.run(install_command(recipe_files(spec.recipe)), 30.0)
-    if not installed.ok:
-        message = (installed.stderr or installed.stdout).strip()[:200] or "no output"
-        return RunResult(
-            host, spec, command, None, "install", f"cannot write the recipe: {message}"
-        )
+    failure = await install_recipe(shell, spec)
+    if failure is not None:
+        return RunResult(host, spec, command, None, "install", failure)
+    return await follow_recipe(shell, host, spec, command, on_event, on_line, timeout)
+
+
+async def follow_recipe(
+    shell: Shell,
+    host: str,
+    spec: LaunchSpec,
+    command: str,
+    on_event: Callable[[Event], None],
+    on_line: Callable[[str], None],
+    timeout: float = RUN_TIMEOUT_S,
+) -> RunResult:
+    """Run ``command`` (the recipe already installed) and follow its events."""
     events: list[Event] = []
 
     def line(text: str) -> None:
@@ -142,32 +161,68 @@ async def run_on_nodes(
     on_event: Callable[[Event], None] = lambda _event: None,
     on_line: Callable[[str], None] = lambda _line: None,
 ) -> RunResult:
-    """A multi-node run: every node's command at once; the first node's events are the run's
-    (rank 0 prints them), the others' lines are shown under their host's name."""
+    """A multi-node run under the first node's name. The recipe is written to every node before
+    any starts (nodes may share a home). Rank 0 prints the steps and the summary, and the
+    rendezvous puts it on any node, so every node's events count; other lines are shown under
+    their host's name unless they come from the first node. When a node fails, the others are
+    stopped: they would wait for it until the rendezvous times out."""
     hosts = list(shells)
     head = hosts[0]
+    written = await asyncio.gather(*(install_recipe(shells[host], spec) for host in hosts))
+    for host, failure in zip(hosts, written, strict=True):
+        if failure is not None:
+            return RunResult(head, spec, commands[head], None, "install", f"{host}: {failure}")
 
-    def other(host: str) -> Callable[[str], None]:
-        return lambda text: on_line(f"[{host}] {text}")
+    def lines_of(host: str) -> Callable[[str], None]:
+        return on_line if host == head else (lambda text: on_line(f"[{host}] {text}"))
 
-    results = await asyncio.gather(
-        *(
-            run_recipe(
-                shells[host],
-                host,
-                spec,
-                commands[host],
-                on_event if host == head else (lambda _e: None),
-                on_line if host == head else other(host),
-            )
-            for host in hosts
-        )
-    )
-    first = results[0]
-    failed = next((r for r in results if r.error is not None and r.summary is None), None)
-    if first.summary is None and failed is not None and failed is not first:
+    pending = {
+        asyncio.ensure_future(follow_recipe(shells[h], h, spec, commands[h], on_event, lines_of(h)))
+        for h in hosts
+    }
+    finished: list[RunResult] = []
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            finished.extend(task.result() for task in done)
+            if any(result.exit_code != 0 for result in finished):
+                await _stop(pending)
+                pending = set()
+    except asyncio.CancelledError:
+        await _stop(pending)
+        raise
+    return _merged(head, spec, commands[head], finished)
+
+
+async def _stop(tasks: set[asyncio.Future[RunResult]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _merged(head: str, spec: LaunchSpec, command: str, finished: Sequence[RunResult]) -> RunResult:
+    """One result of the nodes' (in the order they finished): the summary and steps of the node
+    that had them, the cause of the first node that failed."""
+    source = next((r for r in finished if r.summary is not None), None)
+    failed = next((r for r in finished if r.exit_code != 0), None)
+    summary = source.summary if source else None
+    steps = source.steps if source else ()
+    if failed is None and source is not None:
+        return replace(source, host=head, command=command)
+    if failed is None:  # every node ended well, and none printed a summary
+        last = finished[-1]
         return RunResult(
-            head, spec, first.command, None, failed.error_kind, f"{failed.host}: {failed.error}",
-            first.exit_code, first.steps, first.tail,
-        )  # fmt: skip
-    return first
+            head, spec, command, None, "other", "no node printed a summary", 0, steps, last.tail
+        )
+    kind, message = failed.error_kind or "exit", failed.error or "the node failed"
+    return RunResult(
+        head,
+        spec,
+        command,
+        summary,
+        kind,
+        f"{failed.host}: {message}",
+        failed.exit_code,
+        steps,
+        failed.tail,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import asyncssh
@@ -18,6 +18,7 @@ from gpuconsole.actions.launch.commands import (
     single_host_command,
     slurm_command,
 )
+from gpuconsole.actions.launch.nodes import NodeAddress, node_addresses
 from gpuconsole.actions.launch.run import Event, RunResult, run_on_nodes, run_recipe
 from gpuconsole.actions.verify.model import Target
 from gpuconsole.actions.verify.shell import LocalShell, Shell, SshShell
@@ -73,21 +74,34 @@ def plan_launch(
     wanted: int | None,
     slurm_nodes: int | None,
     job_id: str,
-    addresses: dict[str, str],
-    pythons: dict[str, str],
+    pythons: Mapping[str, str],
+    addresses: Mapping[str, NodeAddress] | None = None,
 ) -> Launch:
     """The engine and command per host: srun on a Slurm login node, torchrun with c10d across
-    several hosts, else one host's best-connected GPUs."""
+    several hosts (meeting at the first one's ``addresses`` entry), else one host's
+    best-connected GPUs."""
     if slurm_nodes is not None:
-        per_node = wanted or gpus.count
-        return Launch(
-            "srun", (hosts[0],), (), {hosts[0]: slurm_command(spec, slurm_nodes, per_node, job_id)}
-        )
+        if wanted is None:
+            raise LaunchError("--slurm needs --gpus: the GPUs per node (a login node has none)")
+        command = slurm_command(spec, slurm_nodes, wanted, job_id, pythons[hosts[0]])
+        return Launch("srun", (hosts[0],), (), {hosts[0]: command})
     if len(hosts) > 1:
+        if addresses is None:
+            raise LaunchError("a multi-node run needs each node's address")
         per_node = wanted or gpus.count
         head = addresses[hosts[0]]
         commands = {
-            h: node_command(spec, list(hosts), per_node, head, job_id, pythons[h], h == hosts[0])
+            h: node_command(
+                spec,
+                list(hosts),
+                per_node,
+                head.address,
+                job_id,
+                pythons[h],
+                is_head=h == hosts[0],
+                port=head.free_port,
+                local_addr=addresses[h].address,
+            )
             for h in hosts
         }
         return Launch("torchrun-nodes", tuple(hosts), tuple(range(per_node)), commands)
@@ -134,13 +148,14 @@ async def launch(
 ) -> tuple[Launch, HostGpus, RunResult]:
     """Run ``spec`` on ``targets``; `LaunchError` when it cannot even start."""
     hosts = [t.name for t in targets]
-    addresses = {t.name: (t.entry.address if t.entry else "127.0.0.1") for t in targets}
     pythons = {t.name: (t.entry.python if t.entry else "python3") for t in targets}
     job_id = f"gpuconsole-{spec.recipe}-{int(time.time())}"
     async with shells_for(targets, settings) as shells:
         first = shells[hosts[0]]
         found = HostGpus(0, None, None, None) if slurm_nodes else await host_gpus(first)
-        plan = plan_launch(spec, hosts, found, gpus, slurm_nodes, job_id, addresses, pythons)
+        several = len(hosts) > 1 and slurm_nodes is None
+        addresses = await node_addresses(shells, pythons) if several else None
+        plan = plan_launch(spec, hosts, found, gpus, slurm_nodes, job_id, pythons, addresses)
         on_plan(plan, found)
         if len(plan.hosts) > 1:
             result = await run_on_nodes(shells, spec, plan.commands, on_event, on_line)
