@@ -19,6 +19,8 @@ from gpuconsole.actions.verify.model import Output
 _PREFIX = "LC_ALL=C; export LC_ALL; "
 _MAX_OUTPUT = 1 << 20
 _REAP_WAIT_S = 1.0
+_GROUP_MARK = "gpuconsole-process-group "
+_GRACE_S = 1
 
 
 LineSink = Callable[[str], None]
@@ -98,26 +100,58 @@ class SshShell:
         return Output(command, code, _text(done.stdout), _text(done.stderr))
 
     async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+        """As `LocalShell.stream`; a stopped or timed-out command is killed on the host.
+
+        Closing the channel does not end a command without a terminal: sshd started it in a
+        session of its own, which lives on. The shell first prints its process id, which is
+        that session's process group, and stopping kills the group over a second channel."""
         deadline = time.monotonic() + timeout
         try:
             process = await self._connection.create_process(
-                _PREFIX + command, stderr=asyncssh.STDOUT, encoding=None
+                f"{_PREFIX}echo {_GROUP_MARK}$$; {command}",
+                stderr=asyncssh.STDOUT,
+                encoding=None,
             )
         except (asyncssh.Error, OSError) as error:
             return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
+        group: list[str] = []
+
+        def line(text: str) -> None:
+            if not group and text.startswith(_GROUP_MARK):
+                group.append(text.removeprefix(_GROUP_MARK))
+            else:
+                on_line(text)
+
         try:
-            lines = await _read_lines(process.stdout.readline, deadline, on_line)
+            lines = await _read_lines(process.stdout.readline, deadline, line)
             await asyncio.wait_for(process.wait_closed(), max(0.1, deadline - time.monotonic()))
         except (asyncio.TimeoutError, TimeoutError):
-            process.close()  # the remote command is ended with its session
+            await self._stop(process, group)
             return Output(command, None, "", f"no answer within {timeout:g} s")
         except asyncio.CancelledError:
-            process.close()
+            await self._stop(process, group)
             raise
         except (asyncssh.Error, OSError) as error:
             return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
         code = process.exit_status if process.exit_status is not None else 255
-        return Output(command, code, "\n".join(lines))
+        output = [text for text in lines if not text.startswith(_GROUP_MARK)]
+        return Output(command, code, "\n".join(output))
+
+    async def _stop(self, process: asyncssh.SSHClientProcess, group: list[str]) -> None:
+        """TERM the command's process group on the host, KILL what is left a moment later."""
+        process.close()
+        if not group or not group[0].isdigit():
+            return
+        pgid = group[0]
+        with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(
+                self._connection.run(
+                    f"kill -TERM -- -{pgid} 2>/dev/null; sleep {_GRACE_S}; "
+                    f"kill -KILL -- -{pgid} 2>/dev/null; true",
+                    check=False,
+                ),
+                _GRACE_S + 5.0,
+            )
 
 
 async def _spawn(command: str, stderr: int) -> asyncio.subprocess.Process:
