@@ -1,0 +1,116 @@
+"""The alerts view: opened with `a`, acknowledge, silence, open the host; and its snapshot."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from gpuconsole.alerts.engine import FIRING
+from gpuconsole.alerts.rules import rule_from_dict
+from gpuconsole.screens.alerts import AlertsScreen, SilenceScreen, age, row_key
+from gpuconsole.screens.fleet import FleetScreen
+from gpuconsole.screens.help import bindings_table
+from gpuconsole.screens.host import HostScreen
+from gpuconsole.widgets.keyed_table import KeyedTable
+
+
+def rows(screen: AlertsScreen) -> list[str]:
+    table = screen.query_one("#alerts", KeyedTable)
+    return [table.coordinate_to_cell_key((r, 0)).row_key.value for r in range(table.row_count)]
+
+
+def cell(screen: AlertsScreen, row: str, column: str) -> str:
+    return screen.query_one("#alerts", KeyedTable).get_cell(row, column).plain
+
+
+def test_age() -> None:
+    assert age(0) == "0s"
+    assert age(45) == "45s"
+    assert age(723) == "12m 03s"
+    assert age(3 * 3600 + 5 * 60) == "3h 05m"
+    assert age(2 * 86400 + 4 * 3600) == "2d 04h"
+
+
+async def test_a_opens_the_alerts_firing_first(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        assert isinstance(app.screen, FleetScreen)
+        await pilot.press("a")
+        screen = app.screen
+        assert isinstance(screen, AlertsScreen)
+        active = app.alerts.active()
+        assert rows(screen) == [row_key(a) for a in active]
+        firing = [a for a in active if a.state == FIRING]
+        assert firing and rows(screen)[: len(firing)] == [row_key(a) for a in firing]
+        first = firing[0]
+        assert cell(screen, row_key(first), "state") == "FIRING"
+        assert cell(screen, row_key(first), "where") == first.where
+        assert f"{len(firing)} firing" in screen.where()
+        await pilot.press("a")  # already there: stays
+        assert app.screen is screen
+        await pilot.press("escape")
+        assert isinstance(app.screen, FleetScreen)
+
+
+async def test_acknowledge_silence_and_unsilence(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("a")
+        screen = app.screen
+        top = app.alerts.active()[0]
+        await pilot.press("space")
+        assert app.alerts.acknowledged(top.key)
+        assert cell(screen, row_key(top), "state") == "FIRING ack"
+        await pilot.press("space")
+        assert not app.alerts.acknowledged(top.key)
+        await pilot.press("s")
+        assert isinstance(app.screen, SilenceScreen)
+        await pilot.press("down", "enter")  # the second choice: 1 hour
+        assert app.screen is screen
+        assert app.alerts.silenced_until(top.key) == app.alerts.now + 3600
+        assert rows(screen)[-1] == row_key(top)  # silenced alerts sink to the bottom
+        assert cell(screen, row_key(top), "state").endswith("muted")
+        assert cell(screen, row_key(top), "message").startswith("(silenced 1h 00m more)")
+        await pilot.press("s", "escape")  # asked again, cancelled: nothing changes
+        assert app.alerts.silenced_until(top.key) == app.alerts.now + 3600
+        table = screen.query_one("#alerts", KeyedTable)
+        table.move_cursor(row=table.get_row_index(row_key(top)))
+        await pilot.press("u")
+        assert app.alerts.silenced_until(top.key) is None
+        assert rows(screen)[0] == row_key(top)
+
+
+async def test_enter_opens_the_alerts_host_and_gpu(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("a")
+        top = app.alerts.active()[0]
+        await pilot.press("enter")
+        assert isinstance(app.screen, HostScreen)
+        assert app.screen.host == top.host
+        assert app.screen.selected_gpu == top.gpu
+
+
+async def test_no_alerts_says_so(make_app) -> None:
+    never = rule_from_dict(
+        {"name": "never", "expr": "temperature_c > 1000", "severity": "info", "message": "m"},
+        "test",
+    )
+    app = make_app(alert_rules=[never])
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("a")
+        assert rows(app.screen) == []
+        assert app.screen.query_one("#alerts-empty", Static).display
+        await pilot.press("space", "s", "u", "enter")  # nothing under the cursor: no-ops
+        assert isinstance(app.screen, AlertsScreen)
+
+
+def test_help_lists_the_alerts_keys() -> None:
+    table = bindings_table()
+    rendered = [str(cell) for column in table.columns for cell in column._cells]
+    assert "Alerts" in rendered
+    assert any("firing and pending alerts" in text for text in rendered)
+    assert any("silence the alert" in text for text in rendered)
+
+
+def test_alerts_120x40(snap_compare, make_app) -> None:
+    assert snap_compare(make_app(), terminal_size=(120, 40), press=["a"])
