@@ -1,0 +1,72 @@
+"""Writing the bundle's tar.gz: all of it or nothing, and never over an existing file.
+
+The archive is written to a temporary file beside the target and linked into place, which fails
+when the target exists (also when it appeared meanwhile): nothing the user had is replaced.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import platformdirs
+
+BUNDLE_DIR_ENV = "GPUCONSOLE_BUNDLE_DIR"
+
+
+class BundleError(Exception):
+    """The bundle cannot be written; the message is one line that names the file."""
+
+
+def default_bundle_dir() -> Path:
+    """`$GPUCONSOLE_BUNDLE_DIR`, else `<XDG data dir>/gpuconsole/bundles`."""
+    override = os.environ.get(BUNDLE_DIR_ENV)
+    if override:
+        return Path(override)
+    return Path(platformdirs.user_data_dir("gpuconsole")) / "bundles"
+
+
+def bundle_path(output: Path | None, name: str) -> Path:
+    """Where to write: ``output`` itself when it names a ``.tar.gz`` (or ``.tgz``) file, which
+    must not exist; else ``name`` in the folder ``output`` (default: the bundle folder), with a
+    number added when that name is taken."""
+    if output is not None and output.name.endswith((".tar.gz", ".tgz")):
+        if output.exists():
+            raise BundleError(f"{output}: exists; a bundle never replaces a file")
+        return output
+    folder = output or default_bundle_dir()
+    candidate = folder / f"{name}.tar.gz"
+    number = 2
+    while candidate.exists():
+        candidate = folder / f"{name}-{number}.tar.gz"
+        number += 1
+    return candidate
+
+
+def write_archive(path: Path, root: str, files: Mapping[str, str], mtime: float) -> None:
+    """A tar.gz at ``path`` holding ``root/NAME`` for every file, in order."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".bundle-", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise BundleError(f"{path}: cannot write: {error.strerror or error}") from None
+    try:
+        with os.fdopen(handle, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            for name, text in files.items():
+                data = text.encode()
+                member = tarfile.TarInfo(f"{root}/{name}")
+                member.size = len(data)
+                member.mtime = int(mtime)
+                member.mode = 0o644
+                tar.addfile(member, io.BytesIO(data))
+        os.link(temporary, path)
+    except FileExistsError:
+        raise BundleError(f"{path}: exists; a bundle never replaces a file") from None
+    except OSError as error:
+        raise BundleError(f"{path}: cannot write: {error.strerror or error}") from None
+    finally:
+        os.unlink(temporary)

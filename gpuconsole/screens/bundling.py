@@ -1,0 +1,79 @@
+"""The console's side of the incident bundle (`B` on the host screen): copy what the store knows
+on the UI thread, then collect and write on a worker thread; a notice says where it went."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gpuconsole.actions.bundle.archive import BundleError
+from gpuconsole.actions.bundle.contents import BundleInputs
+from gpuconsole.actions.bundle.inputs import live_inputs
+from gpuconsole.actions.bundle.make import BundleResult, make_bundle
+from gpuconsole.actions.verify.model import Target
+
+if TYPE_CHECKING:
+    from gpuconsole.app import GpuConsoleApp
+
+NO_SHELL = "nvidia-smi -q, kernel log, verification: a simulated host has no shell to run them in"
+
+
+def bundle_live(app: GpuConsoleApp, host: str) -> None:
+    """A bundle of ``host`` as the live console sees it now."""
+    store = app.store
+    history = tuple(store.history(host))
+    newest = [s.time for h in store.hosts if (s := store.latest(h)) is not None]
+    at = history[-1].time if history else max(newest, default=time.time())
+    findings = store.findings(host)
+    alerts = tuple(app.alerts.active())
+    episodes = tuple(app.timeline.onsets.open_episodes())
+    target = app.targets.verify_target(host) if app.targets else None
+    notes = (NO_SHELL,) if target is None else ()
+    recording = app.timeline.recording
+
+    def build() -> BundleInputs:
+        return live_inputs(
+            host,
+            f"the live console ({app.label})",
+            history,
+            findings,
+            alerts,
+            episodes,
+            at=at,
+            recording=recording,
+            notes=notes,
+        )
+
+    start(app, host, build, target)
+
+
+def start(
+    app: GpuConsoleApp, host: str, build: Callable[[], BundleInputs], target: Target | None
+) -> None:
+    """Build the inputs and write the bundle on a worker thread (it may run commands on the
+    host for a minute), then tell the user."""
+    app.notify(f"writing an incident bundle of {host}…", timeout=3)
+
+    def work() -> None:
+        try:
+            result = asyncio.run(make_bundle(build(), target))
+        except BundleError as error:
+            app.call_from_thread(app.notify, str(error), severity="error", timeout=15)
+            return
+        app.call_from_thread(app.notify, done_message(result), timeout=15)
+
+    app.run_worker(
+        work,
+        thread=True,
+        group="bundle",
+        exit_on_error=False,
+        description=f"incident bundle of {host}",
+    )
+
+
+def done_message(result: BundleResult) -> str:
+    if not result.notes:
+        return f"bundle written: {result.path}"
+    return f"bundle written: {result.path} ({len(result.notes)} not collected: see summary.md)"

@@ -1,0 +1,375 @@
+"""Replay (`gpuconsole replay FILE`): the console's own screens on a recording, at a time cursor.
+
+Keys (everywhere): `,` `.` step a second, `<` `>` a minute, `n` `N` jump to the next or
+previous finding, `g` go to a time, `P` play or pause, `F` play faster. A bar under each screen
+shows the cursor on the recording's timeline.
+
+Moving the cursor a little forward (a step, playing) reads the new moment into the store, as a
+live console takes a new reading. Any other move rebuilds the store at the cursor on a worker:
+first the readings at the cursor alone (shown at once), then with the history before it (trends,
+duration rules, alerts' `for`), which replaces it when ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.events import Mount
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Input, Static
+from textual.worker import Worker
+
+from gpuconsole import app as app_module
+from gpuconsole.actions.bundle.inputs import recorded_inputs
+from gpuconsole.alerts.engine import AlertEngine, findings_from
+from gpuconsole.alerts.rules import AlertRule
+from gpuconsole.app import GpuConsoleApp
+from gpuconsole.model import HostSnapshot, Severity
+from gpuconsole.poller import Reading, collect, ingest, prime
+from gpuconsole.record.episodes import Episode
+from gpuconsole.record.reader import Recording
+from gpuconsole.record.replay import EpisodesAt, ReplaySource
+from gpuconsole.record.retention import parse_duration
+from gpuconsole.record.when import clock, parse_moment
+from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.bundling import start
+from gpuconsole.screens.fleet import FleetScreen
+from gpuconsole.store import FleetStore
+from gpuconsole.themes import DEFAULT_THEME
+from gpuconsole.widgets.cursor_bar import CursorBar, CursorState
+
+STEP_FORWARD_MAX_S = 60.0
+"""Forward moves up to this long read the new moment into the store; longer ones rebuild it."""
+JUMP_HISTORY_S = 61
+"""History read after a jump: the 60 s the duration rules need (idle memory), and as much of
+the trend lines as a wide host screen shows."""
+ALERT_SAMPLE_S = 10.0
+"""After a jump, alerts are replayed over the history at this step: their ``for`` is known to
+this much."""
+SPEEDS = (1, 10, 60)
+
+
+def replayed_alerts(rules: Sequence[AlertRule], store: FleetStore) -> AlertEngine:
+    """An alert engine brought to the store's latest readings by evaluating its history every
+    ``ALERT_SAMPLE_S`` (and at the end), each time with every host's newest reading by then."""
+    engine = AlertEngine(rules, findings=findings_from(store))
+    history = sorted((s for h in store.hosts for s in store.history(h)), key=lambda s: s.time)
+    newer: dict[str, HostSnapshot] = {}
+    next_at = float("-inf")
+    for position, snapshot in enumerate(history):
+        newer[snapshot.host] = snapshot
+        if snapshot.time >= next_at or position == len(history) - 1:
+            engine.evaluate(list(newer.values()), snapshot.time)
+            newer.clear()
+            next_at = snapshot.time + ALERT_SAMPLE_S
+    return engine
+
+
+class GoToScreen(ModalScreen[str | None]):
+    """Asks for a time: ``03:12``, ``2026-01-01 03:12:05``, ``+5m``, ``-90s``."""
+
+    BINDINGS = [Binding("escape", "dismiss_none", "Cancel", id="replay.goto-cancel")]
+    DEFAULT_CSS = """
+    GoToScreen { align: center middle; }
+    #goto-body {
+        width: 64;
+        height: auto;
+        padding: 1 2;
+        border: round $primary;
+        background: $surface;
+    }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto-body"):
+            yield Static("Go to (UTC): 03:12, 2026-01-01 03:12:05, +5m or -90s", markup=False)
+            yield Input(placeholder="time", id="goto-input")
+
+    @on(Input.Submitted, "#goto-input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
+
+
+class ReplayApp(GpuConsoleApp):
+    """The console on a recording; see the module's docstring."""
+
+    CSS_PATH = str(Path(app_module.__file__).with_name("app.tcss"))  # relative to this module
+    BINDINGS = [
+        Binding("comma", "step(-1)", "−1s", id="replay.back"),
+        Binding("full_stop", "step(1)", "+1s", id="replay.forward"),
+        Binding("less_than_sign", "step(-60)", "−1min", id="replay.back-minute", show=False),
+        Binding("greater_than_sign", "step(60)", "+1min", id="replay.forward-minute", show=False),
+        Binding("n", "finding(1)", "Next finding", id="replay.next-finding"),
+        Binding("N", "finding(-1)", "Prev finding", id="replay.prev-finding", show=False),
+        Binding("g", "go_to", "Go to", id="replay.go-to", tooltip="a time: 03:12, +5m, -90s"),
+        Binding("P", "play", "Play/pause", id="replay.play"),
+        Binding("F", "faster", "Faster", id="replay.faster", show=False, tooltip="1×, 10×, 60×"),
+    ]
+
+    def __init__(
+        self,
+        recording: Recording,
+        *,
+        at: float | None = None,
+        host: str | None = None,
+        theme: str = DEFAULT_THEME,
+        history_seconds: int = 120,
+        alert_rules: Sequence[AlertRule] | None = None,
+    ) -> None:
+        self.recording = recording
+        self.replay = ReplaySource(recording, at)
+        super().__init__(
+            self.replay,
+            label=f"replay of {recording.path.name}",
+            refresh=1.0,
+            theme=theme,
+            auto_poll=False,
+            history_seconds=history_seconds,
+            alert_rules=alert_rules,
+        )
+        self.recorded = EpisodesAt()
+        """The findings and alerts open at the cursor, as recorded."""
+        self._open_host = host
+        self.onsets: list[tuple[float, Severity]] = []
+        self.playing = False
+        self.speed = SPEEDS[0]
+        self._generation = 0
+
+    # --- start ---------------------------------------------------------------------------------
+
+    def on_mount(self, event: Mount) -> None:
+        event.prevent_default()  # the live console's on_mount reads its source on this thread
+        self.screen_change_signal.subscribe(self, self._attach_bar)
+        self.push_screen(FleetScreen())
+        if self._open_host is not None:
+            from gpuconsole.screens.host import HostScreen
+
+            self.push_screen(HostScreen(self._open_host))
+        self._rebuild(self.replay.cursor, first=True)
+
+    def _attach_bar(self, screen: Screen[object]) -> None:
+        """Every console screen gets a cursor bar (above its footer) once it is composed."""
+        if isinstance(screen, ConsoleScreen):
+            screen.call_after_refresh(self._ensure_bar, screen)
+
+    def _ensure_bar(self, screen: ConsoleScreen) -> None:
+        if not screen.query(CursorBar):
+            screen.mount(CursorBar())
+            screen.call_after_refresh(self._show_cursor)
+        else:
+            self._show_cursor()
+
+    # --- moving the cursor ---------------------------------------------------------------------
+
+    def move_to(self, t: float) -> None:
+        """Put the cursor at ``t``: a short step forward reads on, anything else rebuilds."""
+        old = self.replay.cursor
+        new = self.replay.clamp(t)
+        if new == old:
+            self._show_cursor()
+            return
+        if 0 < new - old <= STEP_FORWARD_MAX_S:
+            self.replay.move_to(new)
+            self._show_cursor()
+            self.poll_now()
+        else:
+            self._rebuild(new)
+
+    def poll_now(self) -> Worker[list[Reading]]:
+        """Read every host at the cursor, and the episodes open there (a worker thread)."""
+        return self.run_worker(
+            self._read_at_cursor,
+            thread=True,
+            exclusive=True,
+            group="poll",
+            exit_on_error=False,
+            description="read the recording at the cursor",
+        )
+
+    def _read_at_cursor(self) -> list[Reading]:
+        readings = collect(self.replay)
+        episodes = self.replay.episodes_at()
+        self.call_from_thread(self.recorded.load, episodes)
+        return readings
+
+    def apply_readings(self, readings: list[Reading]) -> None:
+        """Readings of a read that the cursor has since moved back from are dropped."""
+        cursor = self.replay.cursor
+        if any(r.snapshot is not None and r.snapshot.time > cursor for r in readings):
+            return
+        super().apply_readings(readings)
+        self._show_cursor()
+
+    def _rebuild(self, t: float, *, first: bool = False, jumped: bool = False) -> None:
+        """A fresh store at ``t`` on a worker: the cursor's readings first, then the history."""
+        self._generation += 1
+        generation = self._generation
+        self.workers.cancel_group(self, "poll")
+        self.replay.move_to(t)
+        at = self.replay.cursor
+        self._show_cursor()
+
+        def work() -> None:
+            quick = FleetStore(self.replay.hosts, history_length=self._history_seconds)
+            readings = collect(self.replay)
+            ingest(quick, readings)
+            alerts = AlertEngine(self.alerts.rules, findings=findings_from(quick))
+            alerts.evaluate([r.snapshot for r in readings if r.snapshot], at)
+            episodes = self.replay.episodes_at()
+            self.call_from_thread(self._swap, generation, quick, alerts, episodes)
+            if jumped:
+                self.call_from_thread(self._tell_onset, at, episodes)
+            if first:
+                self.call_from_thread(self._set_onsets, self.recording.onsets())
+            if generation != self._generation:
+                return
+            full = FleetStore(self.replay.hosts, history_length=self._history_seconds)
+            prime(full, self.replay, JUMP_HISTORY_S)
+            ingest(full, collect(self.replay))
+            self.call_from_thread(
+                self._swap, generation, full, replayed_alerts(self.alerts.rules, full), episodes
+            )
+
+        self.run_worker(
+            work,
+            thread=True,
+            exclusive=True,
+            group="replay",
+            exit_on_error=False,
+            description=f"read the recording at {clock(at)} UTC",
+        )
+
+    def _swap(
+        self, generation: int, store: FleetStore, alerts: AlertEngine, episodes: list[Episode]
+    ) -> None:
+        if generation != self._generation:
+            return  # the cursor moved on meanwhile
+        self.store = store
+        self.alerts = alerts
+        self.recorded.load(episodes)
+        if isinstance(self.screen, ConsoleScreen):
+            self.screen.refresh_view(None)
+        self._show_cursor()
+
+    def _set_onsets(self, onsets: list[tuple[float, Severity]]) -> None:
+        self.onsets = onsets
+        self._show_cursor()
+
+    def _tell_onset(self, at: float, episodes: list[Episode]) -> None:
+        began = [e for e in episodes if e.since == at and e.severity >= Severity.WARNING]
+        if began:
+            names = ", ".join(
+                f"{e.host}{'' if e.gpu is None else f' GPU {e.gpu}'} {e.code}" for e in began[:3]
+            )
+            more = f" and {len(began) - 3} more" if len(began) > 3 else ""
+            self.notify(f"{clock(at)} UTC: {names}{more} began", timeout=6)
+
+    # --- the cursor bar and title ----------------------------------------------------------------
+
+    @property
+    def cursor_state(self) -> CursorState:
+        return CursorState(
+            self.replay.start,
+            self.replay.end,
+            self.replay.cursor,
+            self.playing,
+            self.speed,
+            self.onsets,
+            self.recording.covers(self.replay.cursor),
+        )
+
+    def _show_cursor(self) -> None:
+        """Every bar, also those on screens under the top one (they show it when resumed)."""
+        state = self.cursor_state
+        for screen in self.screen_stack:
+            for bar in screen.query(CursorBar):
+                bar.show(state, self.palette)
+
+    # --- actions -------------------------------------------------------------------------------
+
+    def action_step(self, seconds: float) -> None:
+        self.playing = False
+        self.move_to(self.replay.cursor + seconds)
+
+    def action_finding(self, direction: int) -> None:
+        """Jump to the next (1) or previous (-1) moment a warning or critical finding began."""
+        self.playing = False
+        now = self.replay.cursor
+        if direction > 0:
+            later = [t for t, _ in self.onsets if t > now + 0.5]
+            target = later[0] if later else None
+        else:
+            earlier = [t for t, _ in self.onsets if t < now - 0.5]
+            target = earlier[-1] if earlier else None
+        if target is None:
+            word = "after" if direction > 0 else "before"
+            self.notify(f"no finding begins {word} {clock(now)} UTC", timeout=3)
+            return
+        self._rebuild(self.replay.clamp(target), jumped=True)
+
+    def action_go_to(self) -> None:
+        def answered(text: str | None) -> None:
+            if not text:
+                return
+            try:
+                t = self._moment(text)
+            except ValueError as error:
+                self.notify(str(error), severity="error")
+                return
+            self.playing = False
+            self.move_to(t)
+
+        self.push_screen(GoToScreen(), answered)
+
+    def _moment(self, text: str) -> float:
+        if text[:1] in "+-":
+            seconds = parse_duration(text[1:])
+            return self.replay.cursor + (seconds if text[0] == "+" else -seconds)
+        return parse_moment(text, self.replay.start, self.replay.end)
+
+    def action_play(self) -> None:
+        self.playing = not self.playing
+        self._show_cursor()
+        if self.playing:
+            self._play_tick_later()
+
+    def action_faster(self) -> None:
+        self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)]
+        self._show_cursor()
+
+    def _play_tick_later(self) -> None:
+        self.set_timer(self.refresh_seconds, self._play_tick, name="play")
+
+    def _play_tick(self) -> None:
+        if not self.playing:
+            return
+        if self.replay.cursor >= self.replay.end:
+            self.playing = False
+            self.notify("end of the recording", timeout=3)
+            self._show_cursor()
+            return
+        self.move_to(self.replay.cursor + self.speed)
+        self._play_tick_later()
+
+    def action_triage(self) -> None:
+        from gpuconsole.screens.triage import TriageScreen
+
+        if not isinstance(self.screen, TriageScreen):
+            self.push_screen(TriageScreen(self.recorded, self.recorded.alerts, self.alerts.rules))
+
+    def bundle(self, host: str) -> None:
+        """A bundle of the recording around the cursor (the host itself is not contacted)."""
+        at = self.replay.cursor
+        note = (
+            "nvidia-smi -q, kernel log, verification: made from a recording; the host as it is "
+            "now would not describe it as it was then"
+        )
+        start(self, host, lambda: recorded_inputs(self.recording, host, at, (note,)), None)

@@ -1,0 +1,235 @@
+"""Replay: a recording read as a source at a time cursor, the console's screens on it (jump to
+the fault, step, go to a time, triage, bundle), and `gpuconsole replay` on the command line."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import EPOCH
+from test_record import START, record_incident
+
+from gpuconsole import audit
+from gpuconsole.cli import main
+from gpuconsole.model import HostState
+from gpuconsole.record.reader import Recording
+from gpuconsole.record.replay import ReplaySource
+from gpuconsole.record.when import clock
+from gpuconsole.screens.host import HostScreen
+from gpuconsole.screens.replay import GoToScreen, ReplayApp
+from gpuconsole.screens.triage import TriageScreen
+from gpuconsole.telemetry import SourceError
+from gpuconsole.telemetry.sim import SimRack
+from gpuconsole.widgets.cursor_bar import CursorBar
+
+FAULT_AT = 30
+
+
+@pytest.fixture
+def recorded(tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, float]:
+    """60 s of the demo rack with XID 79 on l40s-01's GPU 1 from second 30; a100-02 stops
+    answering from second 40."""
+    monkeypatch.setenv(audit.AUDIT_ENV, str(tmp_path / "audit.jsonl"))
+    rack.set_fault("a100-02", "host-unresponsive", since=START + 40)
+    path = tmp_path / "incident.sqlite"
+    fault_time, _ = record_incident(path, rack, seconds=60, fault_at=FAULT_AT)
+    return path, fault_time
+
+
+# --- the source ------------------------------------------------------------------------------
+
+
+def test_the_source_reads_each_host_at_the_cursor(recorded: tuple[Path, float]) -> None:
+    path, fault_time = recorded
+    recording = Recording(path)
+    try:
+        source = ReplaySource(recording, at=fault_time - 1)
+        assert not source.read("l40s-01").gpus[1].lost
+        source.move_to(fault_time)
+        assert source.read("l40s-01").gpus[1].lost
+        history = source.backfill("l40s-01", 10)
+        assert [s.time for s in history] == [fault_time - 10 + i for i in range(11)]
+        assert source.move_to(EPOCH) == recording.start  # clamped to the recording
+    finally:
+        recording.close()
+
+
+def test_a_host_that_stopped_answering_reads_as_the_console_saw_it(
+    recorded: tuple[Path, float],
+) -> None:
+    path, _ = recorded
+    recording = Recording(path)
+    try:
+        source = ReplaySource(recording, at=START + 39)
+        assert source.read("a100-02").host == "a100-02"
+        source.move_to(START + 59)  # ten missed rounds: down
+        with pytest.raises(SourceError) as raised:
+            source.read("a100-02")
+        assert raised.value.state is HostState.DOWN
+        states = [recording.state_at("a100-02", START + s) for s in (39, 44, 59)]
+        assert [s[0] if s else None for s in states] == [
+            HostState.LIVE,
+            HostState.STALE,
+            HostState.DOWN,
+        ]
+    finally:
+        recording.close()
+
+
+# --- the screens ------------------------------------------------------------------------------
+
+
+async def settle(app: ReplayApp, pilot) -> None:  # type: ignore[no-untyped-def]
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def test_jumping_from_finding_to_finding_reaches_the_fault_at_its_time(
+    recorded: tuple[Path, float],
+) -> None:
+    path, fault_time = recorded
+    recording = Recording(path)
+    app = ReplayApp(recording, at=START + 5)
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await settle(app, pilot)
+            assert app.replay.cursor == START + 5
+            assert not app.store.latest("l40s-01").gpus[1].lost
+            while app.replay.cursor < fault_time:
+                before = app.replay.cursor
+                await pilot.press("n")
+                await settle(app, pilot)
+                assert app.replay.cursor > before, "n did not move the cursor"
+            assert app.replay.cursor == fault_time  # no jump went past it
+            assert app.store.latest("l40s-01").gpus[1].lost
+            codes = {f.code for f in app.store.gpu_findings("l40s-01", 1)}
+            assert {"gpu-lost", "xid"} <= codes
+            bar = app.screen.query_one(CursorBar)
+            assert clock(fault_time) in str(bar.render())
+
+            await pilot.press("T")
+            await settle(app, pilot)
+            assert isinstance(app.screen, TriageScreen)
+            lost = [i for i in app.screen.items if i.host == "l40s-01" and i.code == "gpu-lost"]
+            assert [i.since for i in lost] == [fault_time]
+            await pilot.press("escape")
+
+            await pilot.press("comma")  # a second back: before the fault
+            await settle(app, pilot)
+            assert app.replay.cursor == fault_time - 1
+            assert not app.store.latest("l40s-01").gpus[1].lost
+            await pilot.press("full_stop")  # and forward again, read on
+            await settle(app, pilot)
+            assert app.store.latest("l40s-01").gpus[1].lost
+    finally:
+        recording.close()
+
+
+async def test_go_to_a_time_and_play(recorded: tuple[Path, float]) -> None:
+    path, _ = recorded
+    recording = Recording(path)
+    app = ReplayApp(recording)
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await settle(app, pilot)
+            assert app.replay.cursor == recording.end
+            await pilot.press("g")
+            assert isinstance(app.screen, GoToScreen)
+            await pilot.press(*clock(START + 12), "enter")
+            await settle(app, pilot)
+            assert app.replay.cursor == START + 12
+            await pilot.press("g")
+            await pilot.press(*"+5s", "enter")
+            await settle(app, pilot)
+            assert app.replay.cursor == START + 17
+            await pilot.press("g")
+            await pilot.press(*"noon-ish", "enter")
+            await settle(app, pilot)
+            assert app.replay.cursor == START + 17  # a bad time moves nothing
+            app.refresh_seconds = 0.05
+            await pilot.press("P")
+            await pilot.pause(0.5)
+            await pilot.press("P")
+            await settle(app, pilot)
+            assert app.replay.cursor > START + 17 and not app.playing
+    finally:
+        recording.close()
+
+
+async def test_a_bundle_from_a_replay_is_about_the_cursor(
+    recorded: tuple[Path, float], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, fault_time = recorded
+    bundles = tmp_path / "bundles"
+    monkeypatch.setenv("GPUCONSOLE_BUNDLE_DIR", str(bundles))
+    recording = Recording(path)
+    app = ReplayApp(recording, at=fault_time, host="l40s-01")
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await settle(app, pilot)
+            assert isinstance(app.screen, HostScreen)
+            await pilot.press("B")
+            await settle(app, pilot)
+    finally:
+        recording.close()
+    (bundle,) = bundles.glob("*.tar.gz")
+    with tarfile.open(bundle) as tar:
+        root = bundle.name.removesuffix(".tar.gz")
+        summary = tar.extractfile(f"{root}/summary.md").read().decode()  # type: ignore[union-attr]
+        findings = json.load(tar.extractfile(f"{root}/findings.json"))  # type: ignore[arg-type]
+    assert f"l40s-01 at {clock(fault_time)}" in summary.replace("2026-01-01 ", "")
+    assert "made from a recording" in summary
+    assert {f["code"] for f in findings["findings"]} >= {"gpu-lost", "xid"}
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_replay_list_says_what_happened_at_a_time(
+    recorded: tuple[Path, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, fault_time = recorded
+    code = main(["replay", str(path), "--list", "--at", clock(fault_time), "--host", "l40s-01"])
+    out = capsys.readouterr().out
+    assert code == 0
+    lost = [line for line in out.splitlines() if "gpu-lost" in line]
+    assert lost and lost[0].startswith(f"* {clock(fault_time)}")
+    assert "a100-02" not in out
+    main(["replay", str(path), "--list", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert any(e["code"] == "host-down" and e["host"] == "a100-02" for e in data["episodes"])
+
+
+@pytest.mark.parametrize(
+    ("words", "code", "message"),
+    [
+        (["--host", "gpu99"], 2, "no host 'gpu99' in this recording"),
+        (["--at", "lunchtime"], 2, "--at 'lunchtime' is not a time"),
+    ],
+)
+def test_replay_refuses_bad_input_in_one_line(
+    recorded: tuple[Path, float],
+    capsys: pytest.CaptureFixture[str],
+    words: list[str],
+    code: int,
+    message: str,
+) -> None:
+    path, _ = recorded
+    assert main(["replay", str(path), "--list", *words]) == code
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_replay_of_a_file_that_is_not_a_recording(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a recording\n")
+    assert main(["replay", str(notes)]) == 3
+    assert (
+        capsys.readouterr().err.strip()
+        == f"gpuconsole: {notes}: not a gpuconsole recording (file is not a database)"
+    )
+    assert notes.read_text() == "not a recording\n"
