@@ -11,15 +11,21 @@ COLUMNS = (ColumnSpec("host", "Host", 10), ColumnSpec("util", "Util", 6))
 
 
 class RecordingTable(KeyedTable):
-    """Records every cell update `sync` asks for."""
+    """Records every cell `sync` repaints, and any repaint of the whole table."""
 
     def __init__(self) -> None:
         super().__init__(id="table")
         self.updates: list[tuple[object, object]] = []
+        self.whole_repaints = 0
 
-    def update_cell(self, row_key, column_key, value, *, update_width=False):  # type: ignore[override]
-        self.updates.append((row_key, column_key))
-        return super().update_cell(row_key, column_key, value, update_width=update_width)
+    def _repaint_cells(self, changed):  # type: ignore[no-untyped-def]
+        self.updates.extend((key, column) for key, column, _ in changed)
+        return super()._repaint_cells(changed)
+
+    def refresh(self, *regions, **kwargs):  # type: ignore[no-untyped-def]
+        if not regions and self.is_mounted:
+            self.whole_repaints += 1
+        return super().refresh(*regions, **kwargs)
 
 
 class TableApp(App[None]):
@@ -64,9 +70,12 @@ async def test_changing_one_cell_updates_exactly_that_cell() -> None:
         table = app.query_one(RecordingTable)
         table.set_columns(COLUMNS)
         table.sync(rows(BASE))
+        await pilot.pause()
+        repaints = table.whole_repaints
         table.sync(rows({**BASE, "b": 99.0}))
         await pilot.pause()
         assert table.updates == [("b", "util")]
+        assert table.whole_repaints == repaints  # the cell alone, not the table
         assert plain(table, "b", "util") == "99%"
         assert plain(table, "a", "util") == "10%"
         table.sync(rows({**BASE, "b": 99.0}))  # the shown state was remembered

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import Static
 
 from gpuconsole.store import FleetStore
 from gpuconsole.widgets.cells import Palette
+from gpuconsole.widgets.steady import Steady
 from gpuconsole.widgets.title_bar import fleet_line
 
 if TYPE_CHECKING:
@@ -37,8 +37,8 @@ class ConsoleScreen(Screen[None]):
     def palette(self) -> Palette:
         return self.console.palette
 
-    def title_bar(self) -> Static:
-        return Static(id="title-bar", markup=False)
+    def title_bar(self) -> Steady:
+        return Steady(id="title-bar")
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._on_theme_changed)
@@ -52,6 +52,9 @@ class ConsoleScreen(Screen[None]):
 
     def refresh_view(self, changed: set[str] | None) -> None:
         """Show the store's state; ``changed`` names the hosts that changed (None: all)."""
-        self.query_one("#title-bar", Static).update(
-            fleet_line(self.store, self.console.label, self.palette, self.where())
+        where = self.where()
+        if self.console.paused:
+            where = f"{where} · paused: p resumes" if where else "paused: p resumes"
+        self.query_one("#title-bar", Steady).show(
+            fleet_line(self.store, self.console.label, self.palette, where)
         )

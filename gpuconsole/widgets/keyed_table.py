@@ -1,8 +1,8 @@
 """A DataTable that is synchronised from keyed rows and repaints only what changed.
 
 Clearing and re-adding every row each tick loses the cursor and costs layout per row; this table
-instead compares each new cell with the one shown and updates only those that differ. Rows are
-rebuilt only when the set or the order of keys changes, and the cursor stays on its key.
+instead compares each new cell with the one shown and repaints only the cells that differ. Rows
+are rebuilt only when the set or the order of keys changes, and the cursor stays on its key.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widgets import DataTable
-from textual.widgets.data_table import RowDoesNotExist
+from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 Cells = tuple[Text | str, ...]
 
@@ -75,12 +75,29 @@ class KeyedTable(DataTable[Text | str]):
             self._rebuild(rows)
             return
         column_keys = [spec.key for spec in self._columns_shown]
+        changed: list[tuple[str, str, Text | str]] = []
         for key, cells in rows:
             shown = self._shown[key]
             for column, new, old in zip(column_keys, cells, shown, strict=True):
                 if not same_cell(new, old):
-                    self.update_cell(key, column, new)
+                    changed.append((key, column, new))
             self._shown[key] = cells
+        if changed:
+            self._repaint_cells(changed)
+
+    def _repaint_cells(self, changed: Sequence[tuple[str, str, Text | str]]) -> None:
+        """Set cells and repaint only their regions.
+
+        DataTable.update_cell refreshes the whole table, so one changed number would resend every
+        row to the terminal (about a kilobyte a row in truecolor). Here the data is set as
+        update_cell sets it (Textual is pinned to the version whose internals these are) and
+        each cell's own region is refreshed: the terminal receives only the changed cells.
+        """
+        for key, column, value in changed:
+            self._data[RowKey(key)][ColumnKey(column)] = value
+        self._update_count += 1  # the render caches are keyed by it
+        for key, column, _ in changed:
+            self.refresh_coordinate(self.get_cell_coordinate(key, column))
 
     def _rebuild(self, rows: Sequence[tuple[str, Cells]]) -> None:
         keep = self.cursor_key
