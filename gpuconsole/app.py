@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
 from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.processes import ProcessSignals
 from gpuconsole.actions.verify.model import TargetFinder
+from gpuconsole.alerts.defaults import DEFAULT_RULES
+from gpuconsole.alerts.engine import AlertEngine, findings_from
+from gpuconsole.alerts.rules import AlertRule
 from gpuconsole.poller import Reading, collect, ingest, prime
+from gpuconsole.record.timeline import Timeline
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.commands import ConsoleCommands
 from gpuconsole.screens.fleet import FleetScreen
@@ -17,6 +24,11 @@ from gpuconsole.store import FleetStore
 from gpuconsole.telemetry import Source
 from gpuconsole.themes import DEFAULT_THEME, THEMES
 from gpuconsole.widgets.cells import Palette
+
+if TYPE_CHECKING:
+    from textual.driver import Driver
+
+    from gpuconsole.record.recorder import Recorder
 
 
 class GpuConsoleApp(App[None]):
@@ -28,6 +40,30 @@ class GpuConsoleApp(App[None]):
     BINDINGS = [
         Binding("question_mark", "help", "Help", id="help"),
         Binding("q", "quit", "Quit", id="quit"),
+        Binding(
+            "p",
+            "toggle_pause",
+            "Pause",
+            id="pause",
+            show=False,
+            tooltip="freeze the screen; readings are still taken and kept (p again resumes)",
+        ),
+        Binding(
+            "a",
+            "alerts",
+            "Alerts",
+            id="alerts",
+            show=False,
+            tooltip="firing and pending alerts across the fleet",
+        ),
+        Binding(
+            "T",
+            "triage",
+            "Triage",
+            id="triage",
+            show=False,
+            tooltip="every finding and firing alert, worst first, then newest, with what to do",
+        ),
     ]
 
     def __init__(
@@ -38,11 +74,16 @@ class GpuConsoleApp(App[None]):
         refresh: float = 1.0,
         theme: str = DEFAULT_THEME,
         auto_poll: bool = True,
+        background_start: bool = True,
         history_seconds: int = 120,
         signals: ProcessSignals | None = None,
+        alert_rules: Sequence[AlertRule] | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         super().__init__()
         self.source = source
+        self.timeline = Timeline(recorder)
+        """When each finding and alert began; the recorder, when the console records."""
         if signals is None and isinstance(source, ProcessSignals):
             signals = source
         self.signals = signals
@@ -51,9 +92,17 @@ class GpuConsoleApp(App[None]):
         """How to reach hosts to verify them; None: none can be (the demo)."""
         self.label = label
         self.refresh_seconds = refresh
+        self.paused = False
+        """Screens are not refreshed while paused; readings still go into the store."""
         self.auto_poll = auto_poll
-        self.store = FleetStore(source.hosts, history_length=history_seconds)
+        self.background_start = background_start
+        """Paint the first frame before the hosts' recent past is read (a 64-host demo rack
+        takes seconds to simulate); False reads it before the first frame, as tests want."""
+        self._alert_rules = DEFAULT_RULES if alert_rules is None else tuple(alert_rules)
         self._history_seconds = history_seconds
+        self.store = FleetStore(source.hosts, history_length=history_seconds)
+        self.alerts = AlertEngine(self._alert_rules, findings=findings_from(self.store))
+        """Evaluated on each ingest of readings, at the readings' time."""
         for registered in THEMES.values():
             self.register_theme(registered)
         self.theme = theme
@@ -62,10 +111,43 @@ class GpuConsoleApp(App[None]):
     def palette(self) -> Palette:
         return Palette(self.current_theme.variables)
 
+    def get_driver_class(self) -> type[Driver]:
+        """On a real terminal, a driver that writes only the cells that changed."""
+        from gpuconsole.terminal import console_driver
+
+        return console_driver(super().get_driver_class())
+
     def on_mount(self) -> None:
-        prime(self.store, self.source, self._history_seconds)
-        ingest(self.store, collect(self.source))
+        if not self.background_start:
+            self._begin(self._read_start())
+            self.push_screen(FleetScreen())
+            return
         self.push_screen(FleetScreen())
+        self.run_worker(
+            self._read_start,
+            thread=True,
+            group="start",
+            exit_on_error=False,
+            description="read the hosts' recent past and a first reading",
+        )
+
+    def _read_start(self) -> _Start:
+        """A store with the hosts' recent past and first reading, and the alerts it leaves
+        active; built apart from the app's, so the screens never see it half filled."""
+        store = FleetStore(self.source.hosts, history_length=self._history_seconds)
+        prime(store, self.source, self._history_seconds)
+        readings = collect(self.source)
+        ingest(store, readings)
+        alerts = AlertEngine(self._alert_rules, findings=findings_from(store))
+        alerts.replay(s for host in store.hosts for s in store.history(host))
+        return _Start(store, alerts, readings)
+
+    def _begin(self, start: _Start) -> None:
+        """Show the start's store and alerts, then poll."""
+        self.store, self.alerts = start.store, start.alerts
+        self._note_round(start.readings, set(self.store.hosts))
+        if isinstance(self.screen, ConsoleScreen):
+            self.screen.refresh_view(set(self.store.hosts))
         if self.auto_poll:
             self._schedule_poll()
 
@@ -84,6 +166,9 @@ class GpuConsoleApp(App[None]):
         self.set_timer(self.refresh_seconds, self.poll_now, name="poll")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "start":
+            self._started(event)
+            return
         if event.worker.group != "poll":
             return
         if event.state is WorkerState.SUCCESS:
@@ -95,11 +180,29 @@ class GpuConsoleApp(App[None]):
         if self.auto_poll:
             self._schedule_poll()
 
+    def _started(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.SUCCESS:
+            self._begin(event.worker.result)
+        elif event.state is WorkerState.ERROR:
+            self.notify(f"reading failed: {event.worker.error}", severity="error")
+            if self.auto_poll:
+                self._schedule_poll()
+
     def apply_readings(self, readings: list[Reading]) -> None:
         """Record readings and let the screen on top show what changed."""
         changed = ingest(self.store, readings)
-        if changed and isinstance(self.screen, ConsoleScreen):
+        snapshots = [r.snapshot for r in readings if r.snapshot is not None]
+        if snapshots:
+            self.alerts.evaluate(snapshots, max(s.time for s in snapshots))
+        self._note_round(readings, changed)
+        if changed and not self.paused and isinstance(self.screen, ConsoleScreen):
             self.screen.refresh_view(changed)
+
+    def _note_round(self, readings: list[Reading], changed: set[str]) -> None:
+        """Onsets for the triage view; the round into the recording, when recording."""
+        problem = self.timeline.note(self.store, readings, changed, self.alerts.active())
+        if problem is not None:
+            self.notify(problem, severity="error", timeout=30)
 
     def verify(self, hosts: list[str]) -> None:
         """Open the verification screen on those of ``hosts`` that can be reached."""
@@ -127,6 +230,27 @@ class GpuConsoleApp(App[None]):
             return
         self.push_screen(RepairScreen(target))
 
+    def memory_trials(self, host: str) -> None:
+        """Ask, then try each memory fix of the default job on ``host`` in the memory panel."""
+        from gpuconsole.screens.confirm import ConfirmScreen
+        from gpuconsole.screens.memory import DEFAULT_JOB, MemoryScreen
+
+        target = self.targets.verify_target(host) if self.targets else None
+        if target is None:
+            self.notify("a simulated host cannot run the memory trials", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.push_screen(MemoryScreen(target, DEFAULT_JOB))
+
+        question = f"Try each memory fix of {DEFAULT_JOB.recipe} on {host}?"
+        detail = (
+            f"About 20 short runs of {DEFAULT_JOB.recipe} on GPU {DEFAULT_JOB.gpu} of {host} "
+            "(a few minutes); the GPU is busy meanwhile. s stops them."
+        )
+        self.push_screen(ConfirmScreen(question, detail), answered)
+
     def benchmark(self, host: str) -> None:
         """Ask, then run the default benchmark on ``host`` in the run panel."""
         from gpuconsole.screens.confirm import ConfirmScreen
@@ -149,6 +273,37 @@ class GpuConsoleApp(App[None]):
         )
         self.push_screen(ConfirmScreen(question, detail), answered)
 
+    def bundle(self, host: str) -> None:
+        """Write an incident bundle of ``host`` in the background; a notice says where."""
+        from gpuconsole.screens.bundling import bundle_live
+
+        bundle_live(self, host)
+
+    def action_triage(self) -> None:
+        from gpuconsole.screens.triage import TriageScreen
+
+        if not isinstance(self.screen, TriageScreen):
+            self.push_screen(
+                TriageScreen(self.timeline.onsets, lambda: self.alerts.active(), self.alerts.rules)
+            )
+
+    def action_alerts(self) -> None:
+        from gpuconsole.screens.alerts import AlertsScreen
+
+        if not isinstance(self.screen, AlertsScreen):
+            self.push_screen(AlertsScreen())
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if isinstance(self.screen, ConsoleScreen):
+            self.screen.refresh_view(None)
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+
+class _Start(NamedTuple):
+    store: FleetStore
+    alerts: AlertEngine
+    readings: list[Reading]

@@ -15,6 +15,7 @@ from gpuconsole import __version__
 if TYPE_CHECKING:
     from gpuconsole.actions.repair.model import Plan
     from gpuconsole.actions.verify.model import Target
+    from gpuconsole.alerts.rules import AlertRule
     from gpuconsole.hosts.inventory import Inventory
     from gpuconsole.hosts.source import SshSource
     from gpuconsole.model import HostSnapshot
@@ -41,6 +42,11 @@ examples:
   gpuconsole                         this host's GPUs (NVML, else nvidia-smi) and the
                                      inventory's hosts, if there is an inventory
   gpuconsole --hosts gpu01,ops@gpu02:2222   watch these hosts over SSH
+  gpuconsole --prometheus http://prom:9090 --refresh 5   a fleet of thousands of GPUs, read
+                                     from the Prometheus that scrapes their dcgm-exporters
+  gpuconsole exporter --port 9400    /metrics of the watched hosts, under dcgm-exporter's names
+  gpuconsole rules export -o gpu.rules.yml   the console's alert rules for Prometheus
+  gpuconsole grafana export -o gpu.json      a Grafana dashboard over the same metrics
   gpuconsole hosts check --json      connect to every inventory host once, say how each is
   gpuconsole snapshot --host gpu01   one SSH host's readings and findings
   gpuconsole verify                  check this host's driver, CUDA, frameworks, PCIe, disks
@@ -49,8 +55,14 @@ examples:
   gpuconsole launch resnet50 --host gpu01            the tuned resnet50 benchmark on gpu01
   gpuconsole launch bert --gpus 4 -- --padding fixed  recipe arguments after --
   gpuconsole bench history           earlier benchmark runs, regressions flagged
+  gpuconsole memory bert --target 20%  try each memory fix; recommend the cheapest that fits
+  gpuconsole oom train.log           why a job ran out of GPU memory, and the fixes
   gpuconsole snapshot --json         this host's readings and findings as JSON
   gpuconsole triage --from dump.xml  findings of a saved `nvidia-smi -q -x` (or -q) dump
+  gpuconsole record                  record the fleet without the UI (a bastion daemon)
+  gpuconsole replay FILE --at 03:12 --host gpu01   the console on a recording at 03:12 UTC
+  gpuconsole replay FILE --list --at 03:12         what began and ended around 03:12
+  gpuconsole bundle gpu01            an incident bundle (tar.gz) of gpu01 for a ticket
 
 exit codes of snapshot and triage: 0 healthy, 1 warnings, 2 critical findings,
 3 nothing to read (no driver, an unreadable dump, an unreachable host).
@@ -59,6 +71,11 @@ exit codes of repair: 0 nothing wrong or all fixed, 1 causes found and nothing r
 exit codes of launch: 0 the run finished, 1 it finished more than 10 % below this host's or
 its peers' median, 2 it failed (the cause is printed, not a stack trace).
 exit codes of verify: 0 every check passed, 1 warnings, 2 failures or an unreachable host.
+exit codes of record, replay and bundle: 0 done, 2 bad input (an unknown host, a bad time),
+3 a file that is not a recording, or one that cannot be read or written.
+exit codes of exporter, rules export and grafana export: 0 done, 2 a bad alert rule or option,
+3 a port that cannot be bound or a file that cannot be written. A bad --alerts file or an
+unreachable --prometheus URL stops the console with one line (exit 2 and 3).
 exit codes of hosts check: 0 every host live, 1 a live host differs from the inventory
 (GPU count), 2 a host is not live; a bad inventory exits 2 with one line naming file and line.
 
@@ -94,6 +111,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="colour theme: gpuconsole-dark (the default) or gpuconsole-light; NO_COLOR=1 "
         "turns colour off",
     )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read the fleet from a Prometheus server that scrapes dcgm-exporter (fleets too "
+        "big for SSH, thousands of GPUs)",
+    )
+    parser.add_argument(
+        "--alerts",
+        type=Path,
+        metavar="FILE",
+        help="alert rules file (default: $GPUCONSOLE_ALERTS, else alerts.toml in the XDG "
+        "config dir)",
+    )
+    from gpuconsole.record.commands import add_console_options
+
+    add_console_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     snapshot = commands.add_parser(
         "snapshot", help="print this host's readings and findings once, then exit"
@@ -160,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--slurm",
         type=_positive_int,
         metavar="NODES",
-        help="the host is a Slurm login node: srun the job on this many nodes",
+        help="the host is a Slurm login node: srun the job on this many nodes (--gpus each)",
     )
     launch.add_argument(
         "--gpus",
@@ -172,12 +205,71 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--steps", type=_positive_int, metavar="N", help="measured steps")
     launch.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_inventory_options(launch)
+    memory = commands.add_parser(
+        "memory",
+        help="short trials of a recipe with each memory fix (mixed precision, checkpointing, "
+        "compression, expandable segments, micro-batches) and the cheapest set that fits",
+    )
+    memory.add_argument("recipe", choices=("resnet50", "bert", "detection"))
+    memory.add_argument("--host", metavar="NAME", help="an inventory host (default: this host)")
+    memory.add_argument(
+        "--target",
+        type=_memory_target,
+        metavar="GIB|N%",
+        help="the peak to fit under, in GiB or as a share of the fp32 run's peak "
+        "(default: the card's memory less a 20 %% reserve)",
+    )
+    memory.add_argument(
+        "--fixes",
+        metavar="SET",
+        help="try only this set (as the report names it, e.g. bf16+checkpoint) and find the "
+        "largest batch with it",
+    )
+    memory.add_argument("--amp", choices=("bf16", "fp16"), default="bf16", help="mixed precision")
+    memory.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        metavar="N",
+        help="the job's batch (default: the recipe's)",
+    )
+    memory.add_argument("--gpu", type=int, default=0, metavar="INDEX", help="the GPU to try on")
+    memory.add_argument(
+        "--steps", type=_positive_int, default=8, metavar="N", help="measured steps per trial"
+    )
+    memory.add_argument(
+        "--apply", action="store_true", help="then launch the recipe with the recommended fixes"
+    )
+    memory.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_inventory_options(memory)
+    oom = commands.add_parser(
+        "oom", help="explain a PyTorch 'CUDA out of memory' error from a log (- reads stdin)"
+    )
+    oom.add_argument(
+        "log", metavar="LOG", help="a log or traceback holding the message; - for stdin"
+    )
+    oom.add_argument(
+        "--host", metavar="NAME", help="the inventory host it ran on, to name the card's processes"
+    )
+    oom.add_argument(
+        "--here", action="store_true", help="it ran on this host: read its GPUs' processes"
+    )
+    oom.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_inventory_options(oom)
+    _add_demo_options(oom)
     bench = commands.add_parser("bench", help="benchmark results kept by `launch`")
     bench_commands = bench.add_subparsers(dest="bench_command", metavar="COMMAND", required=True)
     history = bench_commands.add_parser("history", help="earlier runs, newest first, flagged")
     history.add_argument("--host", metavar="NAME")
     history.add_argument("--recipe", metavar="NAME")
     history.add_argument("--json", action="store_true", help="print JSON instead of text")
+    from gpuconsole.prom.commands import add_commands as add_prometheus_commands
+
+    add_prometheus_commands(commands, (_add_demo_options, _add_inventory_options))
+    from gpuconsole.actions.bundle.command import add_command as add_bundle_command
+    from gpuconsole.record.commands import add_commands as add_recording_commands
+
+    add_recording_commands(commands, (_add_demo_options, _add_inventory_options))
+    add_bundle_command(commands, (_add_demo_options, _add_inventory_options))
     return parser
 
 
@@ -229,6 +321,15 @@ def _positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
     return value
+
+
+def _memory_target(text: str) -> tuple[float | None, float | None]:
+    """``--target``: (GiB, None) or (None, share) for ``N%``."""
+    share = text.endswith("%")
+    value = _positive_float(text.removesuffix("%"))
+    if share and value >= 100:
+        raise argparse.ArgumentTypeError(f"{text}: a share under 100%")
+    return (None, value / 100) if share else (value, None)
 
 
 def _demo_source(args: argparse.Namespace) -> SimSource:
@@ -299,6 +400,14 @@ def _console_source(args: argparse.Namespace) -> tuple[Source, str]:
 
     if args.demo:
         return _demo_source(args), "demo rack"
+    if args.prometheus:
+        from gpuconsole.telemetry.prometheus import PrometheusSource
+
+        try:
+            source = PrometheusSource(args.prometheus)
+        except SourceError as error:
+            raise _Refused(str(error)) from None
+        return source, f"Prometheus {source.url}"
     inventory = _inventory(args)
     try:
         local: Source | None = local_source()
@@ -319,6 +428,17 @@ def _console_source(args: argparse.Namespace) -> tuple[Source, str]:
     return source, f"{count} host{'s' if count != 1 else ''} ({inventory.source})"
 
 
+def _alert_rules(args: argparse.Namespace) -> tuple[AlertRule, ...]:
+    """The built-in alert rules changed by the user's alerts file, if any."""
+    from gpuconsole.alerts.config import load_rules
+    from gpuconsole.alerts.rules import RuleError
+
+    try:
+        return load_rules(args.alerts)
+    except RuleError as error:
+        raise _Refused(str(error), code=2) from None
+
+
 def run_console(args: argparse.Namespace) -> int:
     # Textual is imported here, not at the top: scripts running a subcommand never load it.
     from gpuconsole.app import GpuConsoleApp
@@ -329,11 +449,31 @@ def run_console(args: argparse.Namespace) -> int:
         known = ", ".join(sorted(THEMES))
         print(f"gpuconsole: unknown theme {theme!r} (known: {known})", file=sys.stderr)
         return 2
+    from gpuconsole.record.commands import console_recorder
+    from gpuconsole.record.schema import RecordingError
+
+    rules = _alert_rules(args)
     source, label = _console_source(args)
-    app = GpuConsoleApp(source, label=label, refresh=args.refresh, theme=theme)
+    try:
+        recorder = console_recorder(args, label)
+    except RecordingError as error:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+        raise _Refused(str(error)) from None
+    app = GpuConsoleApp(
+        source,
+        label=label,
+        refresh=args.refresh,
+        theme=theme,
+        alert_rules=rules,
+        recorder=recorder,
+    )
     try:
         app.run()
     finally:
+        if recorder is not None:
+            recorder.close()
         close = getattr(source, "close", None)
         if close is not None:
             close()
@@ -585,16 +725,174 @@ def run_launch(args: argparse.Namespace) -> int:
 def run_bench_history(args: argparse.Namespace) -> int:
     from gpuconsole.bench.history import BenchHistory, HistoryError
     from gpuconsole.bench.output import history_json, history_text
+    from gpuconsole.bench.review import REVIEW_LIMIT, judged
 
+    history = BenchHistory()
     try:
-        results = BenchHistory().runs(host=args.host, recipe=args.recipe)
+        results = history.runs(host=args.host, recipe=args.recipe)
+        verdicts = judged(results, history.runs(limit=REVIEW_LIMIT)) if results else []
     except HistoryError as error:
         raise _Refused(str(error)) from None
     if args.json:
         print(json.dumps(history_json(results), indent=2))
     else:
-        print(history_text(results) if results else "no benchmark runs recorded yet")
+        print(history_text(results, verdicts) if results else "no benchmark runs recorded yet")
     return 0
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from gpuconsole.actions.memory.output import report_dict, report_text, trial_line
+    from gpuconsole.actions.memory.session import (
+        DoctorRequest,
+        MemoryDoctorError,
+        MemoryReport,
+        Schedule,
+        run_doctor,
+    )
+
+    args.nodes = None  # one host: trials run on one GPU
+    targets = _launch_targets(args)
+    from gpuconsole.actions.memory.trials import parse_fixes
+
+    try:
+        only = parse_fixes(args.fixes) if args.fixes else None
+    except ValueError as error:
+        raise _Refused(f"--fixes {error}", code=2) from None
+    target_gib, target_share = args.target or (None, None)
+    request = DoctorRequest(
+        args.recipe,
+        target_gib,
+        target_share,
+        only,
+        args.amp,
+        args.batch_size,
+        args.gpu,
+        tuple(args.recipe_args),
+        Schedule(steps=args.steps),
+    )
+    shown = MemoryReport(targets[0].name, args.recipe)
+
+    def on_trial(trial) -> None:  # type: ignore[no-untyped-def]
+        shown.trials.append(trial)
+        if not args.json:
+            print(trial_line(trial, shown), flush=True)
+
+    try:
+        report = asyncio.run(run_doctor(targets[0], request, on_trial=on_trial))
+    except MemoryDoctorError as error:
+        raise _Refused(f"memory {args.recipe}: {error}", code=2) from None
+    if args.json:
+        print(json.dumps(report_dict(report), indent=2))
+    else:
+        print()
+        print(report_text(report))
+    if args.apply:
+        if report.recommended is None:
+            raise _Refused("--apply: nothing tried fits the target, so nothing was launched")
+        args.preset, args.steps, args.gpus, args.slurm, args.nodes = (
+            "baseline",
+            None,
+            None,
+            None,
+            None,
+        )
+        args.recipe_args = [
+            *report.recommended.fixes.arguments(report.batch_size or 1),
+            *args.recipe_args,
+        ]
+        return run_launch(args)
+    return 0 if report.recommended is not None else 1
+
+
+def run_oom(args: argparse.Namespace) -> int:
+    from gpuconsole.actions.memory.oom import OomParseError, diagnose, parse_oom
+    from gpuconsole.actions.memory.output import diagnosis_dict, diagnosis_text
+
+    name = "stdin" if args.log == "-" else args.log
+    try:
+        text = sys.stdin.read() if args.log == "-" else Path(args.log).read_text(errors="replace")
+    except OSError as error:
+        return _fail(f"{name}: {error.strerror or error}")
+    try:
+        message = parse_oom(text)
+    except OomParseError as error:
+        return _fail(f"{name}: {error}")
+    processes = ()
+    if args.host or args.here or args.demo:
+        processes = _snapshot_of(args).processes
+    diagnosis = diagnose(message, processes)
+    if args.json:
+        print(json.dumps(diagnosis_dict(diagnosis), indent=2))
+    else:
+        print(diagnosis_text(diagnosis))
+    return 0
+
+
+def run_exporter(args: argparse.Namespace) -> int:
+    from gpuconsole.prom.commands import run_exporter as serve
+
+    return serve(args, lambda: _console_source(args)[0])
+
+
+def run_rules_export(args: argparse.Namespace) -> int:
+    from gpuconsole.prom.commands import run_rules_export as export
+
+    return export(args)
+
+
+def run_grafana_export(args: argparse.Namespace) -> int:
+    from gpuconsole.prom.commands import run_grafana_export as export
+
+    return export(args)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    from gpuconsole.record.commands import run_record as record
+
+    return record(args, lambda: _console_source(args), lambda: _alert_rules(args))
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from gpuconsole.record.commands import run_replay as replay
+    from gpuconsole.themes import DEFAULT_THEME, THEMES
+
+    theme = args.theme or DEFAULT_THEME
+    if theme not in THEMES:
+        raise _Refused(f"unknown theme {theme!r} (known: {', '.join(sorted(THEMES))})", code=2)
+    return replay(args, theme, lambda: _alert_rules(args))
+
+
+def run_bundle(args: argparse.Namespace) -> int:
+    from gpuconsole.actions.bundle.command import run_bundle as bundle
+
+    return bundle(
+        args,
+        lambda: _demo_source(args),
+        lambda host: _bundle_target(args, host),
+        lambda: _alert_rules(args),
+    )
+
+
+def _bundle_target(args: argparse.Namespace, host: str) -> Target | None:
+    """How to reach ``host``'s shell: this machine by 'local' or its own name, an inventory
+    host over SSH; None when it is neither."""
+    import socket
+
+    from gpuconsole.actions.verify.model import Context, Target
+
+    here = socket.gethostname()
+    if host in LOCAL_NAMES or host == here:
+        return Target(here, None, Context(here))
+    inventory = _inventory(args)
+    if inventory is None:
+        return None
+    try:
+        entry = inventory.get(host)
+    except KeyError:
+        return None
+    return Target(entry.name, entry, Context(entry.name, entry.expected_gpus))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -606,8 +904,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         words, extra = words[:cut], words[cut + 1 :]
     parser = build_parser()
     args = parser.parse_args(words)
-    if extra and args.command != "launch":
-        parser.error("arguments after -- are passed to a recipe: only `launch` takes them")
+    if extra and args.command not in ("launch", "memory"):
+        parser.error(
+            "arguments after -- are passed to a recipe: only `launch` and `memory` take them"
+        )
     args.recipe_args = extra
     runners = {
         None: run_console,
@@ -618,6 +918,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repair": run_repair,
         "launch": run_launch,
         "bench": run_bench_history,
+        "memory": run_memory,
+        "oom": run_oom,
+        "exporter": run_exporter,
+        "rules": run_rules_export,
+        "grafana": run_grafana_export,
+        "record": run_record,
+        "replay": run_replay,
+        "bundle": run_bundle,
     }
     try:
         return runners[args.command](args)

@@ -57,5 +57,4 @@ def ingest(store: FleetStore, readings: Iterable[Reading]) -> set[str]:
 def prime(store: FleetStore, source: Source, seconds: int) -> None:
     """Fill the store's history from a source that can replay its past (the simulation)."""
     for host in source.hosts:
-        for snapshot in source.backfill(host, seconds):
-            store.record(snapshot)
+        store.record_past(host, source.backfill(host, seconds))

@@ -66,6 +66,18 @@ class FleetStore:
         self._evaluate(snapshot.host, rec)
         return True
 
+    def record_past(self, host: str, snapshots: Iterable[HostSnapshot]) -> None:
+        """Take a host's recent past, oldest first, as :meth:`record` would one by one, but
+        with the health rules run once, on the newest: findings are only ever shown for it."""
+        rec = self._records[host]
+        for snapshot in snapshots:
+            if not rec.history or snapshot.time > rec.history[-1].time:
+                rec.history.append(snapshot)
+        if rec.history:
+            rec.misses = 0
+            rec.status = HostStatus(HostState.LIVE, None, rec.history[-1].time)
+            self._evaluate(host, rec)
+
     def record_failure(self, host: str, reason: str, state: HostState | None = None) -> bool:
         """Count one tick without a reading; True when the host's state or reason changed.
 

@@ -41,7 +41,9 @@ def make_app(rack: SimRack, clock: ManualClock) -> Callable[..., GpuConsoleApp]:
     """An app on the demo rack with a fixed clock; it polls only when a test tells it to."""
 
     def make(**options: object) -> GpuConsoleApp:
-        return GpuConsoleApp(SimSource(rack, clock), auto_poll=False, **options)  # type: ignore[arg-type]
+        return GpuConsoleApp(
+            SimSource(rack, clock), auto_poll=False, background_start=False, **options
+        )  # type: ignore[arg-type]
 
     return make
 

@@ -198,7 +198,11 @@ async def test_mig_instances_show_under_their_gpu_with_utilization_na() -> None:
         MigInstance(2, 0, "3g.71gb", 72_000.0, 0.0),
     )
     gpu = GpuState(index=0, name="NVIDIA H200", mig_mode=True, mig_instances=migs)
-    app = GpuConsoleApp(StaticSource(HostSnapshot("mig-host", 1000.0, (gpu,))), auto_poll=False)
+    app = GpuConsoleApp(
+        StaticSource(HostSnapshot("mig-host", 1000.0, (gpu,))),
+        auto_poll=False,
+        background_start=False,
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(HostScreen("mig-host"))
         await pilot.pause()

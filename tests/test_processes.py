@@ -72,7 +72,9 @@ async def test_confirmed_terminate_from_the_host_screen(sleeper, audit_log) -> N
     gpu = GpuState(index=0, name="NVIDIA H200", utilization_pct=50.0)
     process = gpu_process(sleeper.pid, " ".join(SLEEPER))
     source = StaticSource(HostSnapshot("here", 1000.0, (gpu,), processes=(process,)))
-    app = GpuConsoleApp(source, auto_poll=False, signals=LocalSignals({"here"}))
+    app = GpuConsoleApp(
+        source, auto_poll=False, background_start=False, signals=LocalSignals({"here"})
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(HostScreen("here"))
         await pilot.pause()

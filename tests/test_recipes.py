@@ -232,7 +232,13 @@ def test_activation_checkpointing_keeps_the_arithmetic(run_recipe) -> None:
     """Recomputing in backward must give the same gradients, hence the same later losses."""
     plain = ("--precision", "fp32", "--steps", "2", "--warmup-steps", "0")
     losses = []
-    for extra in ((), ("--checkpoint-every", "1",)):
+    for extra in (
+        (),
+        (
+            "--checkpoint-every",
+            "1",
+        ),
+    ):
         code, events, stderr = run_recipe("bert", *FAST, *plain, *extra)
         assert code == 0, stderr
         summary = only_summary(events)

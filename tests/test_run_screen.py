@@ -80,7 +80,7 @@ async def test_b_asks_before_it_runs_anything(make_app) -> None:
     from gpuconsole.screens.host import HostScreen
 
     source = FleetSource(StaticSource(HostSnapshot("here", 1.0, (GpuState(0),))), None)
-    app = GpuConsoleApp(source, auto_poll=False)
+    app = GpuConsoleApp(source, auto_poll=False, background_start=False)
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(HostScreen("here"))
         await pilot.pause()

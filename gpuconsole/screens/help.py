@@ -18,6 +18,10 @@ _KEY_NAMES = {
     "escape": "Esc",
     "enter": "Enter",
     "space": "Space",
+    "comma": ",",
+    "full_stop": ".",
+    "less_than_sign": "<",
+    "greater_than_sign": ">",
 }
 
 
@@ -27,9 +31,12 @@ def key_label(key: str) -> str:
 
 def bindings_table() -> Table:
     from gpuconsole.app import GpuConsoleApp
+    from gpuconsole.screens.alerts import AlertsScreen
     from gpuconsole.screens.fleet import FleetScreen
     from gpuconsole.screens.host import HostScreen
+    from gpuconsole.screens.replay import ReplayApp
     from gpuconsole.screens.topology import TopologyScreen
+    from gpuconsole.screens.triage import TriageScreen
 
     table = Table(box=None, padding=(0, 2), show_header=False)
     table.add_column(style="bold", no_wrap=True)
@@ -39,6 +46,9 @@ def bindings_table() -> Table:
         ("Fleet", FleetScreen.BINDINGS),
         ("Host", HostScreen.BINDINGS),
         ("Topology", TopologyScreen.BINDINGS),
+        ("Alerts", AlertsScreen.BINDINGS),
+        ("Triage", TriageScreen.BINDINGS),
+        ("Replay (gpuconsole replay FILE)", ReplayApp.BINDINGS),
     )
     for title, bindings in sections:
         table.add_row(Text(title, style="underline"), "")

@@ -9,17 +9,18 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.events import Resize
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Footer
 
 from gpuconsole.actions.processes import ProcessSignals, describe
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, MigInstance
+from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, HostState, MigInstance
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.confirm import ConfirmScreen
 from gpuconsole.summary import short_model
 from gpuconsole.widgets import cells
 from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
+from gpuconsole.widgets.steady import Steady
 from gpuconsole.widgets.trend import sparkline
 
 WIDE_FROM = 112
@@ -89,11 +90,33 @@ class HostScreen(ConsoleScreen):
             tooltip="run the tuned resnet50 benchmark here (asks first) and compare it",
         ),
         Binding(
+            "m",
+            "memory",
+            "Memory fixes",
+            id="host.memory",
+            tooltip="try each memory fix on bert here (asks first) and recommend the cheapest",
+        ),
+        Binding(
+            "H",
+            "history",
+            "History",
+            id="host.history",
+            tooltip="this host's earlier benchmark runs and its peers', regressions flagged",
+        ),
+        Binding(
             "R",
             "repair",
             "Repair driver",
             id="host.repair",
             tooltip="diagnose a broken NVIDIA driver; each fix is shown and asked for first",
+        ),
+        Binding(
+            "B",
+            "bundle",
+            "Bundle",
+            id="host.bundle",
+            tooltip="write an incident bundle for a ticket: readings, findings, nvidia-smi -q, "
+            "kernel log, verification, actions",
         ),
         Binding("left_square_bracket", "other_host(-1)", "Prev host", id="host.prev"),
         Binding("right_square_bracket", "other_host(1)", "Next host", id="host.next"),
@@ -133,13 +156,14 @@ class HostScreen(ConsoleScreen):
 
     def compose(self) -> ComposeResult:
         yield self.title_bar()
-        yield Static(id="host-info", markup=False)
+        yield Steady(id="host-info")
         yield KeyedTable(id="gpus")
         with Horizontal(id="trends"):
             for _, label, _, _, _ in _TRENDS:
-                yield Static(id=f"trend-{label}", classes="trend", markup=False)
+                yield Steady(id=f"trend-{label}", classes="trend")
         yield KeyedTable(id="processes")
-        yield Static(id="findings", markup=False)
+        with Vertical(id="findings-panel"):  # its border is not repainted with the findings
+            yield Steady(id="findings")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -170,7 +194,7 @@ class HostScreen(ConsoleScreen):
         gpus.set_columns(_GPU_WIDE if wide else _GPU_NARROW)
         self._wide = wide
         snapshot = self.store.latest(self.host)
-        self.query_one("#host-info", Static).update(self._info(snapshot))
+        self.query_one("#host-info", Steady).show(self._info(snapshot))
         gpus.sync(self._gpu_rows())
         self.query_one("#processes", KeyedTable).sync(self._process_rows(snapshot))
         self._show_trends()
@@ -187,8 +211,9 @@ class HostScreen(ConsoleScreen):
         line.append(f"  ·  {len(snapshot.gpus)}× {', '.join(sorted(models)) or 'N/A'}")
         line.append(f"  ·  driver {snapshot.driver_version or 'N/A'}")
         line.append(f"  ·  CUDA {snapshot.cuda_version or 'N/A'}")
-        stamp = time.strftime("%H:%M:%S", time.gmtime(snapshot.time))
-        line.append(f"  ·  read {stamp} UTC", style="dim")
+        if status.state is not HostState.LIVE:  # live: the reading is this tick's
+            stamp = time.strftime("%H:%M:%S", time.gmtime(snapshot.time))
+            line.append(f"  ·  last read {stamp} UTC", style="dim")
         return line
 
     def _gpu_rows(self) -> list[tuple[str, Cells]]:
@@ -289,17 +314,17 @@ class HostScreen(ConsoleScreen):
         snapshot = self.store.latest(self.host)
         state = snapshot.gpu(gpu) if snapshot is not None and gpu is not None else None
         for field, label, unit, low, high in _TRENDS:
-            widget = self.query_one(f"#trend-{label}", Static)
+            widget = self.query_one(f"#trend-{label}", Steady)
             width = max(8, (widget.size.width or 38) - _TREND_LABEL_WIDTH)
             values = self.store.series(self.host, gpu, field) if gpu is not None else []
             top = high if high is not None else (state.power_limit_w if state else None)
             if not values or top is None:
-                widget.update(
+                widget.show(
                     Text(f"GPU {gpu if gpu is not None else '-'} {label}: N/A", style="dim")
                 )
                 continue
             now = values[-1]
-            widget.update(
+            widget.show(
                 Text.assemble(
                     (f"GPU {gpu} {label} ", "dim"),
                     (sparkline(values, low, top, width), self._trend_style(label, now)),
@@ -316,9 +341,9 @@ class HostScreen(ConsoleScreen):
 
     def _show_findings(self) -> None:
         findings = self.store.findings(self.host)
-        widget = self.query_one("#findings", Static)
+        widget = self.query_one("#findings", Steady)
         if not findings:
-            widget.update(Text("No findings: every rule passes on this host.", style="dim"))
+            widget.show(Text("No findings: every rule passes on this host.", style="dim"))
             return
         lines = []
         for finding in findings:
@@ -327,7 +352,7 @@ class HostScreen(ConsoleScreen):
             line.append(f" {finding.message}")
             line.append(f" → {finding.remediation}", style="dim")
             lines.append(line)
-        widget.update(Text("\n").join(lines))
+        widget.show(Text("\n").join(lines))
 
     @on(DataTable.RowHighlighted, "#gpus")
     def _gpu_highlighted(self, _event: DataTable.RowHighlighted) -> None:
@@ -383,8 +408,19 @@ class HostScreen(ConsoleScreen):
     def action_benchmark(self) -> None:
         self.console.benchmark(self.host)
 
+    def action_memory(self) -> None:
+        self.console.memory_trials(self.host)
+
+    def action_history(self) -> None:
+        from gpuconsole.screens.history import HistoryScreen
+
+        self.app.push_screen(HistoryScreen(self.host))
+
     def action_repair(self) -> None:
         self.console.repair(self.host)
+
+    def action_bundle(self) -> None:
+        self.console.bundle(self.host)
 
     def action_other_host(self, step: int) -> None:
         hosts = self.store.hosts

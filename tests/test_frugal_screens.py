@@ -1,0 +1,112 @@
+"""What keeps the console cheap and quick: a first frame that waits for nothing, pausing, and
+repainting only what changed."""
+
+from __future__ import annotations
+
+import threading
+
+from rich.text import Text
+
+from gpuconsole.alerts.defaults import DEFAULT_RULES
+from gpuconsole.alerts.engine import AlertEngine
+from gpuconsole.app import GpuConsoleApp
+from gpuconsole.model import HostSnapshot
+from gpuconsole.poller import collect
+from gpuconsole.screens.fleet import FleetScreen
+from gpuconsole.screens.help import HelpScreen
+from gpuconsole.screens.host import HostScreen
+from gpuconsole.telemetry.sim import SimSource
+from gpuconsole.widgets.keyed_table import KeyedTable
+from gpuconsole.widgets.steady import Steady
+
+
+def tick(app, clock, seconds: float = 1.0) -> None:
+    clock.advance(seconds)
+    app.apply_readings(collect(app.source))
+
+
+def util_of(screen, gpu: str) -> str:
+    return screen.query_one("#gpus", KeyedTable).get_cell(gpu, "util").plain
+
+
+async def test_pause_freezes_the_screen_but_not_the_readings(make_app, clock) -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, HostScreen)
+        host = screen.host
+        await pilot.press("p")
+        assert "paused: p resumes" in str(screen.query_one("#title-bar").render())
+        shown = [util_of(screen, str(g)) for g in range(8)]
+        before = app.store.latest(host).time
+        for _ in range(5):
+            tick(app, clock)
+        await pilot.pause()
+        assert app.store.latest(host).time == before + 5  # still read and kept
+        assert [util_of(screen, str(g)) for g in range(8)] == shown
+        await pilot.press("p")
+        assert "paused" not in str(screen.query_one("#title-bar").render())
+        latest = app.store.latest(host)
+        assert util_of(screen, "0").endswith(f"{latest.gpus[0].utilization_pct:.0f}%")
+
+
+class _CountingSteady(Steady):
+    updates = 0
+
+    def update(self, content="") -> None:  # type: ignore[no-untyped-def]
+        type(self).updates += 1
+        super().update(content)
+
+
+async def test_a_steady_widget_repaints_only_on_change() -> None:
+    from textual.app import App
+
+    class One(App[None]):
+        def compose(self):  # type: ignore[no-untyped-def]
+            yield _CountingSteady(id="s")
+
+    async with One().run_test() as pilot:
+        widget = pilot.app.query_one(_CountingSteady)
+        widget.show(Text("GPU 0 util 90%", style="green"))
+        widget.show(Text("GPU 0 util 90%", style="green"))
+        assert _CountingSteady.updates == 1
+        widget.show(Text("GPU 0 util 90%", style="red"))  # recoloured: shown again
+        widget.show("plain")
+        widget.show("plain")
+        assert _CountingSteady.updates == 3
+
+
+class _SlowPast(SimSource):
+    """The demo rack, with its recent past held back until the test lets it through."""
+
+    def __init__(self, rack, clock) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(rack, clock)
+        self.release = threading.Event()
+
+    def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
+        assert self.release.wait(10), "the test never released the past"
+        return super().backfill(host, seconds)
+
+
+async def test_the_first_frame_does_not_wait_for_the_hosts_past(rack, clock) -> None:
+    source = _SlowPast(rack, clock)
+    app = GpuConsoleApp(source, auto_poll=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, FleetScreen)
+        assert "6 connecting" in str(app.screen.query_one("#title-bar").render())
+        await pilot.press("?")  # the console answers keys meanwhile
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        source.release.set()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "6 live" in str(app.screen.query_one("#title-bar").render())
+        assert len(app.store.history("a100-01")) == 120
+        # The same alerts as a console that read the past before its first frame.
+        expected = AlertEngine(DEFAULT_RULES).replay(
+            s for host in app.store.hosts for s in app.store.history(host)
+        )
+        assert [a.key for a in app.alerts.active()] == [a.key for a in expected]
+        assert any(a.key == ("gpu-throttling", "a100-01", 2) for a in expected)
