@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gpuconsole.model import HostState
+from gpuconsole.model import HostState, Severity
 from gpuconsole.store import FleetStore
 from gpuconsole.summary import summarize
 
@@ -22,9 +22,15 @@ _STATE_BADNESS = {
 
 
 def _badness(store: FleetStore, host: str) -> tuple[int, int, int]:
+    """Worst severity, then an unreadable state, then how many problems (warnings or worse).
+
+    Info findings do not count: they come and go with the load (a GPU at its power limit),
+    and counting them would shuffle the rows of a busy fleet every tick.
+    """
     severity = store.severity(host)
-    rank = -1 if severity is None else int(severity)
-    return (-rank, -_STATE_BADNESS[store.status(host).state], -len(store.findings(host)))
+    rank = int(severity) if severity is not None and severity >= Severity.WARNING else -1
+    problems = sum(1 for f in store.findings(host) if f.severity >= Severity.WARNING)
+    return (-rank, -_STATE_BADNESS[store.status(host).state], -problems)
 
 
 def _metric(field: str) -> Callable[[FleetStore, str], float]:

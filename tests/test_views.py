@@ -191,11 +191,28 @@ def test_every_sort_key_orders_every_host_once(store: FleetStore, by: str) -> No
 def test_worst_first_puts_down_host_first_and_healthy_last(store: FleetStore) -> None:
     ordered = sort_hosts(store, store.hosts, "worst")
     assert ordered[0] == DOWN
-    assert set(ordered[1:3]) == {"h100-01", "a100-01"}  # the critical live hosts
+    assert set(ordered[1:4]) == {"h100-01", "a100-01", DARK}  # the critical live hosts
     assert ordered.index("h100-01") < ordered.index("a100-02")
     assert ordered.index("a100-01") < ordered.index("h100-02")
-    ranks = [-1 if store.severity(h) is None else int(store.severity(h)) for h in ordered]
+    ranks = [rank(store, h) for h in ordered]
     assert ranks == sorted(ranks, reverse=True)
+
+
+def rank(store: FleetStore, host: str) -> int:
+    severity = store.severity(host)
+    return -1 if severity is None or severity < Severity.WARNING else int(severity)
+
+
+def test_worst_first_ignores_info_findings_that_come_and_go(store: FleetStore) -> None:
+    """A host whose worst is an info finding (a GPU at its power limit) sorts with the healthy
+    ones, by name: otherwise a busy fleet's rows change places every tick."""
+    calm = [
+        h for h in store.hosts if store.status(h).state is HostState.LIVE and rank(store, h) < 0
+    ]
+    assert any(store.severity(h) is Severity.INFO for h in calm)
+    assert any(store.severity(h) is None for h in calm)
+    ordered = sort_hosts(store, store.hosts, "worst")
+    assert [h for h in ordered if h in calm] == sorted(calm)
 
 
 def test_worst_first_critical_before_healthy_regardless_of_name() -> None:
