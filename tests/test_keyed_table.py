@@ -82,6 +82,38 @@ async def test_changing_one_cell_updates_exactly_that_cell() -> None:
         assert table.updates == [("b", "util")]
 
 
+def screen_lines(table: KeyedTable) -> list[str]:
+    """The table's lines as they are painted (the header first)."""
+    return [table.render_line(y).text for y in range(table.row_count + 1)]
+
+
+async def test_a_changed_cell_is_painted_and_the_other_rows_come_from_the_cache() -> None:
+    app = TableApp()
+    async with app.run_test() as pilot:
+        table = app.query_one(RecordingTable)
+        table.set_columns(COLUMNS)
+        table.sync(rows(BASE))
+        await pilot.pause()
+        assert "10%" in screen_lines(table)[1]
+        rows_painted: set[int] = set()
+        render_cell = table._render_cell
+
+        def counting(row_index, column_index, *args, **kwargs):  # type: ignore[no-untyped-def]
+            rows_painted.add(row_index)
+            return render_cell(row_index, column_index, *args, **kwargs)
+
+        table._render_cell = counting  # type: ignore[method-assign]
+        cache = table._cell_render_cache
+        cached = {key: cache.get(key) for key in cache.keys()}  # noqa: SIM118 (no __iter__)
+        table.sync(rows({**BASE, "b": 77.0}))
+        lines = screen_lines(table)
+        assert "77%" in lines[2] and "20%" not in lines[2]
+        assert "10%" in lines[1] and "30%" in lines[3]
+        assert rows_painted == {1}  # rows a and c come from the line cache
+        fresh = [k[:2] for k in cache.keys() if cache.get(k) is not cached.get(k)]  # noqa: SIM118
+        assert [(row.value, column.value) for row, column in fresh] == [("b", "util")]
+
+
 async def test_style_only_change_updates_the_cell() -> None:
     app = TableApp()
     async with app.run_test() as pilot:
