@@ -54,9 +54,9 @@ async def test_pause_freezes_the_screen_but_not_the_readings(make_app, clock) ->
 class _CountingSteady(Steady):
     updates = 0
 
-    def update(self, content="") -> None:  # type: ignore[no-untyped-def]
+    def update(self, content="", *, layout: bool = True) -> None:  # type: ignore[no-untyped-def]
         type(self).updates += 1
-        super().update(content)
+        super().update(content, layout=layout)
 
 
 async def test_a_steady_widget_repaints_only_on_change() -> None:
@@ -75,6 +75,42 @@ async def test_a_steady_widget_repaints_only_on_change() -> None:
         widget.show("plain")
         widget.show("plain")
         assert _CountingSteady.updates == 3
+
+
+class _LayoutSteady(Steady):
+    """Records whether each update asked for a new layout of the screen."""
+
+    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.layouts: list[bool] = []
+
+    def update(self, content="", *, layout: bool = True) -> None:  # type: ignore[no-untyped-def]
+        self.layouts.append(layout)
+        super().update(content, layout=layout)
+
+
+async def test_a_steady_widget_asks_for_a_layout_only_when_its_size_can_change() -> None:
+    from textual.app import App
+
+    class Two(App[None]):
+        CSS = "#fixed { height: 1; } #lines { height: auto; text-wrap: nowrap; }"
+
+        def compose(self):  # type: ignore[no-untyped-def]
+            yield _LayoutSteady(id="fixed")
+            yield _LayoutSteady(id="lines")
+
+    async with Two().run_test() as pilot:
+        fixed = pilot.app.query_one("#fixed", _LayoutSteady)
+        for value in ("1%", "2%", "3%"):
+            fixed.show(value)
+        assert fixed.layouts == [True, False, False]  # the first show sizes it
+        lines = pilot.app.query_one("#lines", _LayoutSteady)
+        lines.show("a\nb")
+        lines.show("c\nd")  # as many lines: no layout
+        lines.show("c\nd\ne")  # one more line: the screen lays out again
+        assert lines.layouts == [True, False, True]
+        await pilot.pause()
+        assert lines.size.height == 3
 
 
 class _SlowPast(SimSource):
