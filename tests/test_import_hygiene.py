@@ -90,3 +90,23 @@ def test_probe_detects_textual() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "'textual'" in result.stdout.splitlines()[1]
+
+
+CONSOLE_WITHOUT_SSH = """
+import sys
+from gpuconsole.app import GpuConsoleApp
+from gpuconsole.hosts.source import FleetSource
+from gpuconsole.telemetry.local import local_source
+from gpuconsole.telemetry.sim import SimSource
+print(sorted(m for m in ("asyncssh", "cryptography", "prometheus_client") if m in sys.modules))
+"""
+
+
+def test_the_console_without_ssh_hosts_loads_no_ssh_library() -> None:
+    """The demo and a lone local host never load asyncssh and cryptography (about 0.3 s of
+    start-up and megabytes of RSS), nor the Prometheus client."""
+    result = subprocess.run(
+        [sys.executable, "-c", CONSOLE_WITHOUT_SSH], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -13,13 +13,15 @@ import contextlib
 import signal
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuconsole.actions.processes import SignalResult, signal_process
 from gpuconsole.actions.verify.model import Context, Target
-from gpuconsole.hosts.supervisor import Supervisor
 from gpuconsole.model import GpuProcess, HostSnapshot
 from gpuconsole.telemetry import Source, SourceError
+
+if TYPE_CHECKING:  # asyncssh (and cryptography) load only where there are SSH hosts
+    from gpuconsole.hosts.supervisor import Supervisor
 
 _STOP_TIMEOUT_S = 10.0
 _DRAIN_TIMEOUT_S = 2.0
