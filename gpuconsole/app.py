@@ -49,6 +49,14 @@ class GpuConsoleApp(App[None]):
             tooltip="freeze the screen; readings are still taken and kept (p again resumes)",
         ),
         Binding(
+            "ctrl+l",
+            "redraw",
+            "Redraw",
+            id="redraw",
+            show=False,
+            tooltip="paint every cell again (after a stray message)",
+        ),
+        Binding(
             "a",
             "alerts",
             "Alerts",
@@ -292,6 +300,14 @@ class GpuConsoleApp(App[None]):
 
         if not isinstance(self.screen, AlertsScreen):
             self.push_screen(AlertsScreen())
+
+    def action_redraw(self) -> None:
+        """Ctrl+L: paint every cell again, as a shell's clear does after a stray message."""
+        from gpuconsole.terminal.driver import DiffDriver
+
+        if isinstance(self._driver, DiffDriver):
+            self._driver.forget_screen()
+        self.screen.refresh(repaint=True)
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

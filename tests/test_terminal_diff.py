@@ -724,3 +724,40 @@ async def test_the_driver_starts_afresh_after_a_resize_and_outlives_a_fault(
     assert written[-1] == "\x1b[0m\x1b]8;;\x1b\\" + page and logged
     driver.write(page)
     assert written[-1] == page
+
+
+async def test_forgetting_the_screen_writes_the_next_frame_in_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What Ctrl+L does: a frame the terminal already shows is written again, whole."""
+    monkeypatch.setattr(signal, "signal", lambda *_: None)
+    monkeypatch.setattr(LinuxDriver, "_get_terminal_size", lambda _: (20, 4))
+    app = SimpleNamespace(log=SimpleNamespace(error=print))
+    driver = DiffDriver(app)  # type: ignore[arg-type]
+    written: list[str] = []
+    driver._writer_thread = SimpleNamespace(write=written.append)  # type: ignore[assignment]
+    page = frame(table(LINES))
+    driver.write(page)
+    driver.write(page)
+    assert len(written) == 1
+    driver.forget_screen()
+    driver.write(page)
+    assert len(written) == 2 and printed(written[1]).count("gpu") == 3
+    driver.write(page)
+    assert len(written) == 2  # and then only changes again
+
+
+async def test_ctrl_l_repaints_the_screen(make_app) -> None:  # type: ignore[no-untyped-def]
+    app: GpuConsoleApp = make_app()
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        painted: list[bool] = []
+        refresh = app.screen.refresh
+
+        def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+            painted.append(kwargs.get("repaint", True))
+            return refresh(*args, **kwargs)
+
+        app.screen.refresh = recording  # type: ignore[method-assign]
+        await pilot.press("ctrl+l")
+        assert painted == [True]

@@ -43,6 +43,11 @@ class DiffDriver(LinuxDriver):
         self._stale = False
         self._broken = False
 
+    def forget_screen(self) -> None:
+        """The terminal may show something else now (a message written over it, a terminal
+        that lost its state): the next frame is written in full."""
+        self._stale = True
+
     def _get_terminal_size(self) -> tuple[int, int]:
         size = super()._get_terminal_size()
         self._note_size(size)
