@@ -108,3 +108,18 @@ def test_micro_batches_split_the_batch_and_accumulate() -> None:
     args = replace(BF16, micro_batches=4).arguments(32)
     assert args[args.index("--batch-size") + 1] == "8"
     assert args[args.index("--accumulate") + 1] == "4"
+
+
+def test_the_report_shows_reserved_and_allocated_peaks_and_the_model_states_floor() -> None:
+    from gpuconsole.actions.memory.output import report_text
+    from gpuconsole.actions.memory.session import MemoryReport
+
+    fp32 = replace(TABLE[0], allocated_mib=11_000.0)
+    report = MemoryReport("gpu01", "bert", 32, 2_400.0, [fp32, *TABLE[1:]], recommend(TABLE, 2_400))
+    lines = report_text(report).splitlines()
+    assert lines[1].split()[:3] == ["trial", "peak", "allocated"]
+    assert lines[2].split()[:5] == ["fp32", "11.52", "GiB", "10.74", "GiB"]
+    assert (
+        "model state (parameters, gradients, optimizer): 1.66 GiB, which no activation fix lowers"
+        in lines
+    )

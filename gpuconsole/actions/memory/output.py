@@ -15,14 +15,17 @@ def _change(value: float | None, reference: float | None) -> str:
     return f"{(value - reference) / reference:+.0%}"
 
 
-TRIAL_COLUMNS = ("trial", "peak", "vs fp32", "samples/s", "vs mixed", "loss", "target")
+TRIAL_COLUMNS = (
+    "trial", "peak", "allocated", "vs fp32", "samples/s", "vs mixed", "loss", "target",
+)  # fmt: skip
 
 
 def trial_cells(trial: Trial, report: MemoryReport) -> tuple[str, ...]:
-    """One row of the trial table (`TRIAL_COLUMNS`): the peak against the fp32 baseline, the
-    speed against mixed precision alone, the loss (and its drift, for compression)."""
+    """One row of the trial table (`TRIAL_COLUMNS`): the peak (and the peak of live tensors
+    within it) against the fp32 baseline, the speed against mixed precision alone, the loss
+    (and its drift, for compression)."""
     if not trial.ok:
-        return (trial.fixes.name, f"{trial.error_kind or 'failed'}: {trial.error}", *[""] * 5)
+        return (trial.fixes.name, f"{trial.error_kind or 'failed'}: {trial.error}", *[""] * 6)
     baseline, mixed = _references(report)
     drift = loss_drift(trial, report.trials)
     target = report.target_mib
@@ -30,6 +33,7 @@ def trial_cells(trial: Trial, report: MemoryReport) -> tuple[str, ...]:
     return (
         trial.fixes.name,
         size_text(trial.peak_mib),
+        size_text(trial.allocated_mib) if trial.allocated_mib is not None else "",
         _change(trial.peak_mib, baseline.peak_mib if baseline else None),
         f"{trial.samples_per_s or 0:,.1f}",
         _change(trial.samples_per_s, mixed.samples_per_s if mixed else None),
@@ -42,7 +46,7 @@ def trial_line(trial: Trial, report: MemoryReport) -> str:
     cells = trial_cells(trial, report)
     if not trial.ok:
         return f"{cells[0]:<40} {cells[1]}"
-    widths = (40, 10, 5, 10, 5, 0, 0)
+    widths = (40, 10, 10, 5, 10, 5, 0, 0)
     return " ".join(
         f"{c:>{w}}" if i else f"{c:<{w}}"
         for i, (c, w) in enumerate(zip(cells, widths, strict=True))
@@ -64,13 +68,19 @@ def report_text(report: MemoryReport) -> str:
     source = next((t.source for t in report.trials if t.ok), "nothing measured")
     lines = [
         f"{report.recipe} on {report.host}, batch {report.batch_size or 'N/A'}; memory: {source}",
-        f"{'trial':<40} {'peak':>10} {'fp32':>5} {'samples/s':>10} {'mixed':>5} loss",
+        f"{'trial':<40} {'peak':>10} {'allocated':>10} {'fp32':>5} {'samples/s':>10} "
+        f"{'mixed':>5} loss",
     ]
     lines += [trial_line(t, report) for t in report.trials]
     lines.append("")
     if report.target_mib is not None:
         lines.append(f"target: {size_text(report.target_mib)}")
     baseline, mixed = _references(report)
+    if baseline is not None and baseline.state_mib:
+        lines.append(
+            f"model state (parameters, gradients, optimizer): {size_text(baseline.state_mib)}, "
+            "which no activation fix lowers"
+        )
     if report.recommended is not None:
         best = report.recommended
         lines.append(f"recommended: {best.fixes.name} ({size_text(best.peak_mib)}, "
