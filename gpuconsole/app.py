@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from textual.app import App
@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.processes import ProcessSignals
-from gpuconsole.actions.verify.model import TargetFinder
+from gpuconsole.actions.verify.model import Target, TargetFinder
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.engine import AlertEngine, findings_from
 from gpuconsole.alerts.rules import AlertRule
@@ -27,6 +27,7 @@ from gpuconsole.widgets.cells import Palette
 
 if TYPE_CHECKING:
     from textual.driver import Driver
+    from textual.screen import Screen
 
     from gpuconsole.record.recorder import Recorder
 
@@ -240,45 +241,52 @@ class GpuConsoleApp(App[None]):
 
     def memory_trials(self, host: str) -> None:
         """Ask, then try each memory fix of the default job on ``host`` in the memory panel."""
-        from gpuconsole.screens.confirm import ConfirmScreen
         from gpuconsole.screens.memory import DEFAULT_JOB, MemoryScreen
 
-        target = self.targets.verify_target(host) if self.targets else None
-        if target is None:
-            self.notify("a simulated host cannot run the memory trials", severity="warning")
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.push_screen(MemoryScreen(target, DEFAULT_JOB))
-
-        question = f"Try each memory fix of {DEFAULT_JOB.recipe} on {host}?"
-        detail = (
-            f"About 20 short runs of {DEFAULT_JOB.recipe} on GPU {DEFAULT_JOB.gpu} of {host} "
-            "(a few minutes); the GPU is busy meanwhile. s stops them."
+        job = DEFAULT_JOB
+        self._ask_then_open(
+            host,
+            "a simulated host cannot run the memory trials",
+            f"Try each memory fix of {job.recipe} on {host}?",
+            f"About 20 short runs of {job.recipe} on GPU {job.gpu} of {host} (a few minutes); "
+            "the GPU is busy meanwhile. s stops them.",
+            lambda target: MemoryScreen(target, job),
         )
-        self.push_screen(ConfirmScreen(question, detail), answered)
 
     def benchmark(self, host: str) -> None:
         """Ask, then run the default benchmark on ``host`` in the run panel."""
-        from gpuconsole.screens.confirm import ConfirmScreen
         from gpuconsole.screens.run import DEFAULT_BENCHMARK, RunScreen
+
+        spec = DEFAULT_BENCHMARK
+        self._ask_then_open(
+            host,
+            "a simulated host cannot run a benchmark",
+            f"Run the {spec.preset} {spec.recipe} benchmark on {host}?",
+            f"{spec.steps} steps on every GPU of {host} (about a minute, compilation included); "
+            "the GPUs are busy meanwhile. s stops it.",
+            lambda target: RunScreen(target, spec),
+        )
+
+    def _ask_then_open(
+        self,
+        host: str,
+        refusal: str,
+        question: str,
+        detail: str,
+        panel: Callable[[Target], Screen[None]],
+    ) -> None:
+        """A panel that keeps a host's GPUs busy opens only after a yes, on a host with a shell."""
+        from gpuconsole.screens.confirm import ConfirmScreen
 
         target = self.targets.verify_target(host) if self.targets else None
         if target is None:
-            self.notify("a simulated host cannot run a benchmark", severity="warning")
+            self.notify(refusal, severity="warning")
             return
-        spec = DEFAULT_BENCHMARK
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self.push_screen(RunScreen(target, spec))
+                self.push_screen(panel(target))
 
-        question = f"Run the {spec.preset} {spec.recipe} benchmark on {host}?"
-        detail = (
-            f"{spec.steps} steps on every GPU of {host} (about a minute, compilation included); "
-            "the GPUs are busy meanwhile. s stops it."
-        )
         self.push_screen(ConfirmScreen(question, detail), answered)
 
     def bundle(self, host: str) -> None:

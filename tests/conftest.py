@@ -65,3 +65,15 @@ def sshd(tmp_path: Path, standin: tuple[Path, Path]) -> Iterator[Sshd]:
     server = Sshd(tmp_path / "sshd", env={"PATH": path}).start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+def cpu_torch_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine as a GPU host for recipe runs on its CPU: a stand-in nvidia-smi naming one
+    GPU, and the venv's python3 (the one with torch) first on PATH."""
+    pytest.importorskip("torch")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_standin_smi(bin_dir, gpus=1)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -3,12 +3,8 @@ recommendation is shown, and `a` launches the recipe with it."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
-from standin import write_standin_smi
+from pilot_wait import until
 
 from gpuconsole.actions.memory.session import DoctorRequest, Schedule
 from gpuconsole.actions.memory.trials import parse_fixes
@@ -20,22 +16,8 @@ HERE = Target("here", None, Context("here"))
 TINY = ("--tiny", "--device", "cpu")
 
 
-@pytest.fixture(autouse=True)
-def cpu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("torch")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    write_standin_smi(bin_dir, gpus=1)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-
-
-async def _until(pilot, condition, timeout: float = 240.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout / 0.2)):
-        if condition():
-            return
-        await pilot.pause(0.2)
-    raise AssertionError("timed out")
+pytestmark = pytest.mark.usefixtures("cpu_torch_host")
+RUN_S = 240.0  # a recipe run on a loaded 2-core CI machine
 
 
 async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(make_app) -> None:
@@ -50,7 +32,7 @@ async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(make_a
     async with app.run_test(size=(140, 40)) as pilot:
         screen = MemoryScreen(HERE, request)
         app.push_screen(screen)
-        await _until(pilot, lambda: screen.finished is not None)
+        await until(pilot, lambda: screen.finished is not None, timeout=RUN_S)
         report = screen.finished
         assert report.recommended is not None, report
         table = screen.query_one("#memory-trials")
@@ -69,7 +51,7 @@ async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(make_a
         assert extra[extra.index("--checkpoint-every") + 1] == "1"
         assert extra[extra.index("--precision") + 1] == "bf16"
         assert extra[-len(TINY) :] == list(TINY)
-        await _until(pilot, lambda: run.outcome != "")
+        await until(pilot, lambda: run.outcome != "", timeout=RUN_S)
         assert run.result is not None and run.result.ok, run.outcome
 
 

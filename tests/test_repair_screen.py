@@ -6,21 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pilot_wait import until
 from test_repair_execute import calls, write_tools
 
 from gpuconsole.actions.verify.model import Context, Target
 from gpuconsole.screens.confirm import ConfirmScreen
 from gpuconsole.screens.repair import RepairScreen
 
+PLAN_S = 30.0
+
+
 CHANGERS = ("apt-get", "modprobe", "update-initramfs")
-
-
-async def _until(pilot, condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout / 0.1)):
-        if condition():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError("timed out")
 
 
 @pytest.fixture
@@ -36,7 +32,7 @@ async def test_the_panel_diagnoses_then_runs_a_plan_only_after_yes(make_app, log
     async with app.run_test(size=(120, 40)) as pilot:
         screen = RepairScreen(Target("here", None, Context("here")))
         app.push_screen(screen)
-        await _until(pilot, lambda: screen.report is not None)
+        await until(pilot, lambda: screen.report is not None, timeout=PLAN_S)
         assert screen.report is not None
         assert "no-driver-installed" in [c.id for c in screen.report.diagnosis.causes]
         plan_text = str(screen.query_one("#repair-plan").render())
@@ -44,17 +40,23 @@ async def test_the_panel_diagnoses_then_runs_a_plan_only_after_yes(make_app, log
         assert calls(log) == []
 
         await pilot.press("x")
-        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=PLAN_S)
         await pilot.press("n")
-        await _until(pilot, lambda: "done" in str(screen.query_one("#repair-status").render()))
+        await until(
+            pilot,
+            lambda: "done" in str(screen.query_one("#repair-status").render()),
+            timeout=PLAN_S,
+        )
         assert calls(log) == []
 
         await pilot.press("x")
-        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=PLAN_S)
         assert "$ apt-get install -y" in app.screen.detail
         await pilot.press("y")
-        await _until(
-            pilot, lambda: "verified again" in str(screen.query_one("#repair-status").render())
+        await until(
+            pilot,
+            lambda: "verified again" in str(screen.query_one("#repair-status").render()),
+            timeout=PLAN_S,
         )
         assert [c.split()[0] for c in calls(log)] == ["apt-get", "apt-get"]
         output = "\n".join(str(line) for line in screen.query_one("#repair-output").lines)

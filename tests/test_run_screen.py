@@ -3,13 +3,9 @@ followed live, its result judged and kept; and a run stopped from the panel."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import psutil
 import pytest
-from standin import write_standin_smi
+from pilot_wait import until
 
 from gpuconsole.actions.launch.commands import LaunchSpec
 from gpuconsole.actions.verify.model import Context, Target
@@ -20,22 +16,8 @@ CPU = ("--tiny", "--device", "cpu", "--warmup-steps", "1", "--log-every", "1")
 HERE = Target("here", None, Context("here"))
 
 
-@pytest.fixture(autouse=True)
-def cpu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("torch")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    write_standin_smi(bin_dir, gpus=1)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-
-
-async def _until(pilot, condition, timeout: float = 240.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout / 0.2)):
-        if condition():
-            return
-        await pilot.pause(0.2)
-    raise AssertionError("timed out")
+pytestmark = pytest.mark.usefixtures("cpu_torch_host")
+RUN_S = 240.0  # a recipe run on a loaded 2-core CI machine
 
 
 def recipe_processes() -> list[psutil.Process]:
@@ -51,7 +33,7 @@ async def test_a_run_is_followed_live_and_its_result_judged(make_app) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         screen = RunScreen(HERE, LaunchSpec("resnet50", "baseline", 4, CPU))
         app.push_screen(screen)
-        await _until(pilot, lambda: screen.outcome != "")
+        await until(pilot, lambda: screen.outcome != "", timeout=RUN_S)
         assert screen.result is not None and screen.result.ok, screen.outcome
         assert len(screen.steps) >= 2
         assert "samples/s" in str(screen.query_one("#run-trend").render())
@@ -64,11 +46,11 @@ async def test_a_run_stopped_from_the_panel_leaves_nothing_running(make_app) -> 
     async with app.run_test(size=(120, 40)) as pilot:
         screen = RunScreen(HERE, LaunchSpec("resnet50", "baseline", 100000, CPU))
         app.push_screen(screen)
-        await _until(pilot, lambda: len(screen.steps) >= 1)
+        await until(pilot, lambda: len(screen.steps) >= 1, timeout=RUN_S)
         await pilot.press("s")
-        await _until(pilot, lambda: screen.outcome != "")
+        await until(pilot, lambda: screen.outcome != "", timeout=RUN_S)
         assert screen.outcome.startswith("stopped")
-        await _until(pilot, lambda: not recipe_processes(), timeout=10)
+        await until(pilot, lambda: not recipe_processes(), timeout=10)
 
 
 async def test_b_asks_before_it_runs_anything(make_app) -> None:

@@ -10,10 +10,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from pilot_wait import until
 from sshd import Sshd, free_port, sshd_available
 
 from gpuconsole.app import GpuConsoleApp
@@ -25,6 +25,9 @@ from gpuconsole.model import HostState
 from gpuconsole.screens.fleet import FleetScreen
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
+
+
+LINK_S = 15.0
 
 
 def gpuconsole(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -115,10 +118,14 @@ async def test_the_fleet_screen_shows_an_ssh_host_live_then_down(sshd: Sshd) -> 
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             assert isinstance(app.screen, FleetScreen)
-            await _until(pilot, lambda: app.store.status(name).state is HostState.LIVE)
+            await until(
+                pilot, lambda: app.store.status(name).state is HostState.LIVE, timeout=LINK_S
+            )
             assert app.store.latest(name) is not None
             sshd.kill()
-            await _until(pilot, lambda: app.store.status(name).state is HostState.DOWN)
+            await until(
+                pilot, lambda: app.store.status(name).state is HostState.DOWN, timeout=LINK_S
+            )
             # The stream's end is seen first; a reconnect tried before the poll may replace it.
             reason = app.store.status(name).reason or ""
             assert "connection lost" in reason or "connection refused" in reason, reason
@@ -126,13 +133,6 @@ async def test_the_fleet_screen_shows_an_ssh_host_live_then_down(sshd: Sshd) -> 
             await pilot.pause()
     finally:
         source.close()
-
-
-async def _until(pilot, condition, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await pilot.pause(0.1)
 
 
 @pytest.mark.parametrize(("jump", "state"), [("gpu-test", "live"), ("gpu-off", "down")])

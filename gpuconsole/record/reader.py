@@ -182,17 +182,9 @@ class Recording:
         self, start: float | None = None, end: float | None = None, host: str | None = None
     ) -> list[Episode]:
         """Episodes that were open at some time within [start, end], by when they began."""
-        clauses, values = [], []
-        if end is not None:
-            clauses.append("since <= ?")
-            values.append(end)
-        if start is not None:
-            clauses.append("(until IS NULL OR until >= ?)")
-            values.append(start)
-        if host is not None:
-            clauses.append("host = ?")
-            values.append(host)
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        where, values = _where(
+            ("since <= ?", end), ("(until IS NULL OR until >= ?)", start), ("host = ?", host)
+        )
         with self._read() as db:
             rows = db.execute(
                 "SELECT kind, ident, host, gpu, code, severity, message, remediation, since, "
@@ -220,20 +212,17 @@ class Recording:
         self, start: float | None = None, end: float | None = None, host: str | None = None
     ) -> list[dict[str, Any]]:
         """Audit log entries recorded in [start, end] (for ``host``, or any), oldest first."""
-        clauses, values = [], []
-        if start is not None:
-            clauses.append("t >= ?")
-            values.append(start)
-        if end is not None:
-            clauses.append("t <= ?")
-            values.append(end)
-        if host is not None:
-            clauses.append("host = ?")
-            values.append(host)
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        where, values = _where(("t >= ?", start), ("t <= ?", end), ("host = ?", host))
         with self._read() as db:
             rows = db.execute(f"SELECT entry FROM actions{where} ORDER BY t, id", values)
             return [json.loads(entry) for (entry,) in rows]
+
+
+def _where(*conditions: tuple[str, object]) -> tuple[str, list[object]]:
+    """A WHERE clause of the conditions whose value is given, and their values in order."""
+    given = [(clause, value) for clause, value in conditions if value is not None]
+    where = f" WHERE {' AND '.join(clause for clause, _ in given)}" if given else ""
+    return where, [value for _, value in given]
 
 
 def _episode(row: tuple[Any, ...]) -> Episode:
