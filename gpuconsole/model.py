@@ -48,6 +48,20 @@ THROTTLE_REASONS: dict[str, str] = {
     "display-clocks": "display clock setting",
 }
 
+# NVML's nvmlClocksEventReason* bits (DCGM's DCGM_CLOCKS_EVENT_REASON_* are the same), as
+# `nvidia-smi --query-gpu=clocks_event_reasons.active` and dcgm-exporter print the mask.
+THROTTLE_REASON_BITS: dict[int, str] = {
+    0x001: "gpu-idle",
+    0x002: "applications-clocks",
+    0x004: "sw-power-cap",
+    0x008: "hw-slowdown",
+    0x010: "sync-boost",
+    0x020: "sw-thermal",
+    0x040: "hw-thermal",
+    0x080: "hw-power-brake",
+    0x100: "display-clocks",
+}
+
 # Reasons that mean the GPU runs slower than it could for a cause worth an admin's attention.
 SLOWDOWN_REASONS = frozenset({"hw-slowdown", "sw-thermal", "hw-thermal", "hw-power-brake"})
 

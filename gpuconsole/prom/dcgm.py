@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuconsole.model import GpuState, HostSnapshot
+from gpuconsole.model import THROTTLE_REASON_BITS, GpuState, HostSnapshot
 
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 """The labels dcgm-exporter puts on every GPU metric, in its order."""
@@ -40,30 +40,17 @@ HOST_LABEL = "Hostname"
 
 MIB = 1024.0 * 1024.0
 
-# NVML's clock-event reason bits; DCGM's DCGM_CLOCKS_EVENT_REASON_* macros are the same bits.
-REASON_BITS: dict[int, str] = {
-    0x001: "gpu-idle",
-    0x002: "applications-clocks",
-    0x004: "sw-power-cap",
-    0x008: "hw-slowdown",
-    0x010: "sync-boost",
-    0x020: "sw-thermal",
-    0x040: "hw-thermal",
-    0x080: "hw-power-brake",
-    0x100: "display-clocks",
-}
-
 
 def reason_mask(reasons: tuple[str, ...] | None) -> float | None:
     """The bit mask of clock-event reasons (None when the GPU does not report them)."""
     if reasons is None:
         return None
-    return float(sum(bit for bit, code in REASON_BITS.items() if code in reasons))
+    return float(sum(bit for bit, code in THROTTLE_REASON_BITS.items() if code in reasons))
 
 
 def reasons_of(mask: float) -> tuple[str, ...]:
     bits = int(mask)
-    return tuple(code for bit, code in REASON_BITS.items() if bits & bit)
+    return tuple(code for bit, code in THROTTLE_REASON_BITS.items() if bits & bit)
 
 
 Getter = Callable[[GpuState], float | None]

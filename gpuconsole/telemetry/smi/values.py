@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from gpuconsole.model import GpuProcess
+from gpuconsole.model import THROTTLE_REASON_BITS, GpuProcess
 
 
 class SmiParseError(ValueError):
@@ -84,20 +84,6 @@ def _kebab(text: str | None) -> str | None:
     return None if value is None else re.sub(r"[\s_]+", "-", value.casefold())
 
 
-# NVML's nvmlClocksEventReason* bits, as `--query-gpu=clocks_event_reasons.active` prints them.
-_REASON_BITS = {
-    0x001: "gpu-idle",
-    0x002: "applications-clocks",
-    0x004: "sw-power-cap",
-    0x008: "hw-slowdown",
-    0x010: "sync-boost",
-    0x020: "sw-thermal",
-    0x040: "hw-thermal",
-    0x080: "hw-power-brake",
-    0x100: "display-clocks",
-}
-
-
 def _reason_mask(text: str | None) -> tuple[str, ...] | None:
     if text is None or _missing(text):
         return None
@@ -105,7 +91,7 @@ def _reason_mask(text: str | None) -> tuple[str, ...] | None:
         mask = int(text.strip(), 0)
     except ValueError:
         raise ValueError(f"{text.strip()!r} is not a bit mask") from None
-    return tuple(code for bit, code in _REASON_BITS.items() if mask & bit)
+    return tuple(code for bit, code in THROTTLE_REASON_BITS.items() if mask & bit)
 
 
 # --- processes, as the dumps and --query-compute-apps both list them -------------------------
