@@ -103,6 +103,8 @@ class GpuConsoleApp(App[None]):
         self.refresh_seconds = refresh
         self.paused = False
         """Screens are not refreshed while paused; readings still go into the store."""
+        self.starting = True
+        """Until the hosts' recent past and first readings are in (see `background_start`)."""
         self.auto_poll = auto_poll
         self.background_start = background_start
         """Paint the first frame before the hosts' recent past is read (a 64-host demo rack
@@ -154,6 +156,7 @@ class GpuConsoleApp(App[None]):
     def _begin(self, start: _Start) -> None:
         """Show the start's store and alerts, then poll."""
         self.store, self.alerts = start.store, start.alerts
+        self.starting = False
         self._note_round(start.readings, set(self.store.hosts))
         if isinstance(self.screen, ConsoleScreen):
             self.screen.refresh_view(set(self.store.hosts))
@@ -193,6 +196,7 @@ class GpuConsoleApp(App[None]):
         if event.state is WorkerState.SUCCESS:
             self._begin(event.worker.result)
         elif event.state is WorkerState.ERROR:
+            self.starting = False
             self.notify(f"reading failed: {event.worker.error}", severity="error")
             if self.auto_poll:
                 self._schedule_poll()

@@ -131,14 +131,16 @@ async def test_the_first_frame_does_not_wait_for_the_hosts_past(rack, clock) -> 
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         assert isinstance(app.screen, FleetScreen)
-        assert "6 connecting" in str(app.screen.query_one("#title-bar").render())
+        title = str(app.screen.query_one("#title-bar").render())
+        assert "6 connecting" in title and "reading the hosts' recent past" in title
         await pilot.press("?")  # the console answers keys meanwhile
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         source.release.set()
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert "6 live" in str(app.screen.query_one("#title-bar").render())
+        title = str(app.screen.query_one("#title-bar").render())
+        assert "6 live" in title and "recent past" not in title
         assert len(app.store.history("a100-01")) == 120
         # The same alerts as a console that read the past before its first frame.
         expected = AlertEngine(DEFAULT_RULES).replay(

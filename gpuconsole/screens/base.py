@@ -52,9 +52,12 @@ class ConsoleScreen(Screen[None]):
 
     def refresh_view(self, changed: set[str] | None) -> None:
         """Show the store's state; ``changed`` names the hosts that changed (None: all)."""
-        where = self.where()
+        notes = [self.where()]
+        if self.console.starting:
+            notes.append("reading the hosts' recent past…")
         if self.console.paused:
-            where = f"{where} · paused: p resumes" if where else "paused: p resumes"
+            notes.append("paused: p resumes")
+        where = " · ".join(note for note in notes if note)
         self.query_one("#title-bar", Steady).show(
             fleet_line(self.store, self.console.label, self.palette, where)
         )
