@@ -20,6 +20,7 @@ import sys
 import time
 
 import psutil
+from process_tree import tree_cpu_seconds
 
 from gpuconsole.telemetry.nvml import NvmlSource
 from gpuconsole.telemetry.wire import AgentStream, Reading, agent_command, agent_script
@@ -57,8 +58,8 @@ def run_mode(mode: str, ticks: int, interval: float) -> tuple[list[Reading], dic
             readings.append(event)
             sizes.append(len(line))
             if before is None:  # start the clock after the first reading (start-up excluded)
-                before = _cpu(watched)
-    cpu = _cpu(watched) - (before or 0.0)
+                before = tree_cpu_seconds(watched)
+    cpu = tree_cpu_seconds(watched) - (before or 0.0)
     agent.stdin.close()
     agent.wait(timeout=10)
     return readings, {
@@ -66,17 +67,6 @@ def run_mode(mode: str, ticks: int, interval: float) -> tuple[list[Reading], dic
         "bytes_per_line": sum(sizes) / len(sizes),
         "malformed": float(stream.malformed),
     }
-
-
-def _cpu(process: psutil.Process) -> float:
-    total = 0.0
-    for each in [process, *process.children(recursive=True)]:
-        try:
-            times = each.cpu_times()
-            total += times.user + times.system + times.children_user + times.children_system
-        except psutil.NoSuchProcess:
-            continue
-    return total
 
 
 def compare(mode: str, reading: Reading, reference: NvmlSource) -> list[str]:

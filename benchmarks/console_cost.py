@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from process_tree import tree_cpu_seconds, tree_rss_mib
 
 REPO = Path(__file__).resolve().parent.parent
 CONSOLE = [sys.executable, "-m", "gpuconsole"]
@@ -111,27 +112,6 @@ class Measurement:
     cpu_percent: float | None = None
     exit_code: int | None = None
     tail: bytes = field(default=b"", repr=False)
-
-
-def _tree_cpu_seconds(process: psutil.Process) -> float:
-    total = 0.0
-    for member in [process, *process.children(recursive=True)]:
-        try:
-            times = member.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            continue
-    return total
-
-
-def _tree_rss_mib(process: psutil.Process) -> float:
-    total = 0
-    for member in [process, *process.children(recursive=True)]:
-        try:
-            total += member.memory_info().rss
-        except psutil.NoSuchProcess:
-            continue
-    return total / 2**20
 
 
 class _Shown:
@@ -214,16 +194,16 @@ def run_case(case: Case, warmup: float, seconds: float) -> Measurement:
             os.write(master, key)
         time.sleep(warmup)
         if child.poll() is None:
-            cpu_before = _tree_cpu_seconds(process)
+            cpu_before = tree_cpu_seconds(process)
             measurement.measuring = True
             began = time.perf_counter()
             while time.perf_counter() - began < seconds and child.poll() is None:
-                measurement.rss_max_mib = max(measurement.rss_max_mib, _tree_rss_mib(process))
+                measurement.rss_max_mib = max(measurement.rss_max_mib, tree_rss_mib(process))
                 time.sleep(0.5)
             measurement.measuring = False
             elapsed = time.perf_counter() - began
             if child.poll() is None:
-                cpu = _tree_cpu_seconds(process) - cpu_before
+                cpu = tree_cpu_seconds(process) - cpu_before
                 measurement.cpu_percent = 100.0 * cpu / elapsed
                 measurement.bytes_measured = int(measurement.bytes_measured / elapsed)
     finally:
