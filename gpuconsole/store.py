@@ -57,26 +57,24 @@ class FleetStore:
 
         A repeated or out-of-order reading is no evidence that the host is live again.
         """
-        rec = self._records[snapshot.host]
-        if rec.history and snapshot.time <= rec.history[-1].time:
-            return False
-        rec.misses = 0
-        rec.history.append(snapshot)
-        rec.status = HostStatus(HostState.LIVE, None, snapshot.time)
-        self._evaluate(snapshot.host, rec)
-        return True
+        return self.record_past(snapshot.host, (snapshot,))
 
-    def record_past(self, host: str, snapshots: Iterable[HostSnapshot]) -> None:
-        """Take a host's recent past, oldest first, as :meth:`record` would one by one, but
-        with the health rules run once, on the newest: findings are only ever shown for it."""
+    def record_past(self, host: str, snapshots: Iterable[HostSnapshot]) -> bool:
+        """Take readings of a host, oldest first (at start, its recent past), leaving out any no
+        newer than the latest; False when none was taken. The health rules run once, on the
+        newest: findings are only ever shown for it."""
         rec = self._records[host]
+        taken = False
         for snapshot in snapshots:
             if not rec.history or snapshot.time > rec.history[-1].time:
                 rec.history.append(snapshot)
-        if rec.history:
-            rec.misses = 0
-            rec.status = HostStatus(HostState.LIVE, None, rec.history[-1].time)
-            self._evaluate(host, rec)
+                taken = True
+        if not taken:
+            return False
+        rec.misses = 0
+        rec.status = HostStatus(HostState.LIVE, None, rec.history[-1].time)
+        self._evaluate(host, rec)
+        return True
 
     def record_failure(self, host: str, reason: str, state: HostState | None = None) -> bool:
         """Count one tick without a reading; True when the host's state or reason changed.
