@@ -751,11 +751,10 @@ def run_memory(args: argparse.Namespace) -> int:
         Schedule,
         run_doctor,
     )
+    from gpuconsole.actions.memory.trials import parse_fixes
 
     args.nodes = None  # one host: trials run on one GPU
     targets = _launch_targets(args)
-    from gpuconsole.actions.memory.trials import parse_fixes
-
     try:
         only = parse_fixes(args.fixes) if args.fixes else None
     except ValueError as error:

@@ -232,8 +232,8 @@ class AlertEngine:
 
     def _host_matches(self, snapshot: HostSnapshot) -> list[list[_Match]]:
         """Each rule's matches on a host's snapshot, tested once while neither the snapshot nor
-        its findings change: a replay evaluates at every host's reading times, and most hosts'
-        latest snapshot is the same from one of those evaluations to the next."""
+        its findings change: a host without a new reading this round (or a replay's latest
+        snapshot, traced first and then evaluated) is not tested again."""
         findings = self._findings_of(snapshot)
         known = self._matched.get(snapshot.host)
         if known is None or known[0] is not snapshot or known[1] is not findings:
