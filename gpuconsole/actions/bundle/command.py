@@ -121,9 +121,8 @@ def _inputs(
         if host not in source.hosts:
             raise _BadInput(f"no host {host!r} in the demo rack (hosts: {', '.join(source.hosts)})")
         history = source.backfill(host, int(WINDOW_BEFORE_S))
-        alerts = AlertEngine(rules_of())
-        alerts.replay(history)
-        return history_inputs(host, "the demo rack", history, alerts.active(), (SIMULATED,)), None
+        alerts = AlertEngine(rules_of()).replay(history)
+        return history_inputs(host, "the demo rack", history, alerts, (SIMULATED,)), None
     target = target_of(host)
     name = target.name if target is not None else host
     recording = _recording(args.record, name)
@@ -147,14 +146,13 @@ def _inputs(
     history, notes = _read_now(target)
     if history:
         name = history[0].host  # this machine as its own source names it
-    alerts = AlertEngine(rules_of())
-    alerts.replay(history)
+    alerts = AlertEngine(rules_of()).replay(history)
     origin = (
         "a reading taken now (no recording holds this host)"
         if history
         else "the host itself (no recording holds it, and no reading could be taken)"
     )
-    return history_inputs(name, origin, history, alerts.active(), notes), target
+    return history_inputs(name, origin, history, alerts, notes), target
 
 
 def _recording(path: Path | None, host: str) -> Recording | None:
