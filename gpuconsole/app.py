@@ -14,8 +14,9 @@ from gpuconsole.actions.verify.model import Target, TargetFinder
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.engine import AlertEngine, findings_from
 from gpuconsole.alerts.rules import AlertRule
-from gpuconsole.poller import Reading, collect, ingest, prime
+from gpuconsole.poller import Reading, collect
 from gpuconsole.record.timeline import Timeline
+from gpuconsole.rounds import primed, take_round
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.commands import ConsoleCommands
 from gpuconsole.screens.fleet import FleetScreen
@@ -145,12 +146,9 @@ class GpuConsoleApp(App[None]):
     def _read_start(self) -> _Start:
         """A store with the hosts' recent past and first reading, and the alerts it leaves
         active; built apart from the app's, so the screens never see it half filled."""
-        store = FleetStore(self.source.hosts, history_length=self._history_seconds)
-        prime(store, self.source, self._history_seconds)
+        store, alerts = primed(self.source, self._history_seconds, self._alert_rules)
         readings = collect(self.source)
-        ingest(store, readings)
-        alerts = AlertEngine(self._alert_rules, findings=findings_from(store))
-        alerts.replay(s for host in store.hosts for s in store.history(host))
+        take_round(store, alerts, readings)
         return _Start(store, alerts, readings)
 
     def _begin(self, start: _Start) -> None:
@@ -203,10 +201,7 @@ class GpuConsoleApp(App[None]):
 
     def apply_readings(self, readings: list[Reading]) -> None:
         """Record readings and let the screen on top show what changed."""
-        changed = ingest(self.store, readings)
-        snapshots = [r.snapshot for r in readings if r.snapshot is not None]
-        if snapshots:
-            self.alerts.evaluate(snapshots, max(s.time for s in snapshots))
+        changed = take_round(self.store, self.alerts, readings)
         self._note_round(readings, changed)
         if changed and not self.paused and isinstance(self.screen, ConsoleScreen):
             self.screen.refresh_view(changed)

@@ -30,6 +30,7 @@ CORE_MODULES = (
     "gpuconsole.telemetry.prometheus",
     "gpuconsole.alerts.config",
     "gpuconsole.alerts.engine",
+    "gpuconsole.rounds",
     "gpuconsole.prom.exporter",
     "gpuconsole.prom.rules_export",
     "gpuconsole.prom.grafana",

@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.engine import AlertEngine, findings_from
 from gpuconsole.alerts.rules import AlertRule
-from gpuconsole.poller import collect, ingest, prime
+from gpuconsole.poller import collect
 from gpuconsole.record.recorder import Recorder
 from gpuconsole.record.timeline import Timeline
-from gpuconsole.store import FleetStore
+from gpuconsole.rounds import primed, take_round
 from gpuconsole.telemetry import Source
 
 HISTORY_SECONDS = 120
@@ -35,20 +34,14 @@ def record_fleet(
 ) -> str | None:
     """Record until stopped; returns why recording failed (one line), or None."""
     stop = stop or threading.Event()
-    store = FleetStore(source.hosts, history_length=HISTORY_SECONDS)
-    alerts = AlertEngine(rules, findings=findings_from(store))
-    prime(store, source, HISTORY_SECONDS)  # duration rules need the recent past
-    alerts.replay(s for host in store.hosts for s in store.history(host))
+    store, alerts = primed(source, HISTORY_SECONDS, rules)
     timeline = Timeline(recorder)
     began = time.monotonic()
     rounds = 0
     while not stop.is_set():
         started = time.monotonic()
         readings = collect(source)
-        changed = ingest(store, readings)
-        snapshots = [r.snapshot for r in readings if r.snapshot is not None]
-        if snapshots:
-            alerts.evaluate(snapshots, max(s.time for s in snapshots))
+        changed = take_round(store, alerts, readings)
         if rounds == 0:
             changed |= set(store.hosts)  # the first round states every host's findings
         problem = timeline.note(store, readings, changed, alerts.active())
