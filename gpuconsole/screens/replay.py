@@ -29,7 +29,7 @@ from gpuconsole.actions.bundle.inputs import recorded_inputs
 from gpuconsole.alerts.engine import AlertEngine, findings_from
 from gpuconsole.alerts.rules import AlertRule
 from gpuconsole.app import GpuConsoleApp
-from gpuconsole.model import HostSnapshot, Severity
+from gpuconsole.model import Severity
 from gpuconsole.poller import Reading, collect, ingest, prime
 from gpuconsole.record.episodes import Episode
 from gpuconsole.record.reader import Recording
@@ -48,25 +48,13 @@ STEP_FORWARD_MAX_S = 60.0
 JUMP_HISTORY_S = 61
 """History read after a jump: the 60 s the duration rules need (idle memory), and as much of
 the trend lines as a wide host screen shows."""
-ALERT_SAMPLE_S = 10.0
-"""After a jump, alerts are replayed over the history at this step: their ``for`` is known to
-this much."""
 SPEEDS = (1, 10, 60)
 
 
 def replayed_alerts(rules: Sequence[AlertRule], store: FleetStore) -> AlertEngine:
-    """An alert engine brought to the store's latest readings by evaluating its history every
-    ``ALERT_SAMPLE_S`` (and at the end), each time with every host's newest reading by then."""
+    """An alert engine brought to the store's latest readings by replaying its history."""
     engine = AlertEngine(rules, findings=findings_from(store))
-    history = sorted((s for h in store.hosts for s in store.history(h)), key=lambda s: s.time)
-    newer: dict[str, HostSnapshot] = {}
-    next_at = float("-inf")
-    for position, snapshot in enumerate(history):
-        newer[snapshot.host] = snapshot
-        if snapshot.time >= next_at or position == len(history) - 1:
-            engine.evaluate(list(newer.values()), snapshot.time)
-            newer.clear()
-            next_at = snapshot.time + ALERT_SAMPLE_S
+    engine.replay(s for host in store.hosts for s in store.history(host))
     return engine
 
 
