@@ -96,3 +96,85 @@ def test_the_allocation_history_names_the_sites_live_at_the_peak(harness: Module
         ("bert.py:140 forward", 200, 1),
         ("autograd's backward (no Python frame)", 50, 1),
     ]
+
+
+def _twin_mlps() -> tuple[torch.nn.Sequential, torch.nn.Sequential]:
+    first = _mlp(width=64, depth=4)
+    second = _mlp(width=64, depth=4)
+    second.load_state_dict(first.state_dict())
+    return first, second
+
+
+def _adamw_knobs(in_backward: bool) -> dict[str, object]:
+    return {"fused_optimizer": False, "optimizer_in_backward": in_backward}
+
+
+def test_the_optimizer_stepped_in_backward_takes_the_same_steps(harness: ModuleType) -> None:
+    plain_model, model = _twin_mlps()
+    plain = harness.make_optimizer(torch.optim.AdamW, plain_model, _adamw_knobs(False), lr=0.01)
+    stepping = harness.make_optimizer(torch.optim.AdamW, model, _adamw_knobs(True), lr=0.01)
+    assert len(stepping.optimizers) == 4  # one per Linear: GELUs have no parameters
+    gradient_bytes = sum(p.numel() * 4 for p in model.parameters())
+    for step in range(3):
+        x = torch.randn(16, 64, generator=torch.Generator().manual_seed(step))
+        plain_model(x).square().mean().backward()
+        plain.step()
+        plain.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        # every block has stepped during backward and let go of its gradients
+        assert all(p.grad is None for p in model.parameters())
+        stepping.step()
+        stepping.zero_grad()
+    for mine, theirs in zip(model.parameters(), plain_model.parameters(), strict=True):
+        assert torch.allclose(mine, theirs, rtol=1e-5, atol=1e-7)
+        assert len(stepping.state[mine]) == len(plain.state[theirs])  # step, exp_avg, exp_avg_sq
+    # at most one block's gradients at once (each Linear's weight and bias), not the model's
+    assert stepping.peak_gradient_bytes == (64 * 64 + 64) * 4 < gradient_bytes
+    assert stepping.live_gradient_bytes == 0
+
+
+def test_a_block_whose_parameters_got_no_gradient_steps_at_the_loops_step(
+    harness: ModuleType,
+) -> None:
+    """Half of the first block unused: its group never completes in backward, and the
+    training loop's step finishes it, as a plain optimizer steps what has a gradient."""
+
+    class Branches(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used, self.unused = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)
+
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(Branches(), torch.nn.Linear(8, 1))
+    before = model[0].used.weight.detach().clone()
+    stepping = harness.make_optimizer(torch.optim.SGD, model, _adamw_knobs(True), lr=0.1)
+    model(torch.randn(4, 8)).sum().backward()
+    assert model[0].used.weight.grad is not None  # waiting for its group
+    assert torch.equal(model[0].used.weight.detach(), before)
+    stepping.step()
+    assert model[0].used.weight.grad is None
+    assert not torch.equal(model[0].used.weight.detach(), before)
+    assert stepping.live_gradient_bytes == 0
+
+
+def test_checkpoint_inputs_are_counted_and_narrowed(harness: ModuleType) -> None:
+    """A checkpoint keeps its block's input, saved like any activation: the meter sees it, and
+    compression narrows it."""
+
+    def peak(compress: str | None) -> int:
+        flat = _mlp(width=256, depth=6)
+        model = torch.nn.Sequential(*(flat[i : i + 2] for i in range(0, len(flat), 2)))
+        harness.checkpoint_blocks([(model, index) for index in range(len(model))], 1)
+        x = torch.randn(64, 256, requires_grad=True)
+        saved = harness.SavedActivations(compress)
+        with saved:
+            loss = model(x * 2).sum()  # neither the product nor the sum saves a tensor
+        loss.backward()
+        return saved.peak_bytes
+
+    plain = peak(None)
+    assert plain == 6 * 64 * 256 * 4  # the six blocks' inputs, nothing from inside them
+    assert peak("bf16") == plain // 2

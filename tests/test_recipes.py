@@ -229,22 +229,62 @@ def test_detection_steps_the_optimizer_every_fourth_micro_batch(run_recipe) -> N
 
 
 def test_activation_checkpointing_keeps_the_arithmetic(run_recipe) -> None:
-    """Recomputing in backward must give the same gradients, hence the same later losses."""
+    """Recomputing in backward must give the same gradients, hence the same later losses; with
+    bert the head's loss is then also computed in checkpointed chunks."""
     plain = ("--precision", "fp32", "--steps", "2", "--warmup-steps", "0")
     losses = []
-    for extra in (
-        (),
-        (
-            "--checkpoint-every",
-            "1",
-        ),
-    ):
+    for extra in ((), ("--checkpoint-every", "1")):
         code, events, stderr = run_recipe("bert", *FAST, *plain, *extra)
         assert code == 0, stderr
         summary = only_summary(events)
         assert summary["knobs"]["checkpoint_every"] == (1 if extra else 0)
         losses.append(summary["loss_last"])
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+
+
+def test_the_heads_loss_in_checkpointed_chunks_is_the_whole_loss(recipe_dir: Path) -> None:
+    bert = load(recipe_dir, "bert")
+    knobs = bert.parse_knobs(list(FAST))
+    runtime = bert.start_runtime(knobs)
+    batch = next(bert.token_batches(knobs, runtime, []))
+    rows = batch.data[2].numel()  # prediction slots: the rows of the head's logits
+    torch.manual_seed(0)
+    whole = bert.MaskedLanguageModel(knobs)
+    chunked = bert.MaskedLanguageModel(knobs, loss_rows=rows // 4 + 1)
+    chunked.load_state_dict(whole.state_dict())
+    results = []
+    for model in (whole, chunked):
+        torch.manual_seed(1)  # the same dropout masks
+        loss = model(*batch.data)
+        loss.backward()
+        results.append((loss.detach(), [p.grad for p in model.parameters()]))
+    (loss_whole, grads_whole), (loss_chunked, grads_chunked) = results
+    assert torch.allclose(loss_whole, loss_chunked, rtol=1e-5)
+    for one, other in zip(grads_whole, grads_chunked, strict=True):
+        assert torch.allclose(one, other, rtol=1e-4, atol=1e-7)
+    assert bert.loss_rows({**knobs, "checkpoint_every": 0}) == 0
+    assert bert.loss_rows({**knobs, "checkpoint_every": 1}) * 4 * knobs["vocab"] <= 64 * 2**20
+
+
+def test_the_optimizer_in_backward_keeps_the_arithmetic_and_fewer_gradients(run_recipe) -> None:
+    """The same losses as the plain step; the tensor accounting's gradient peak is one block's
+    gradients, not the model's: the largest, the word embeddings (2,000 × 64 when tiny), whose
+    gradient is complete only at the end of backward (the decoder shares them)."""
+    plain = ("--precision", "fp32", "--steps", "3", "--warmup-steps", "0")
+    summaries = []
+    for extra in ((), ("--optimizer-in-backward",)):
+        code, events, stderr = run_recipe("bert", *FAST, *plain, *extra)
+        assert code == 0, stderr
+        summaries.append(only_summary(events))
+    stepped, in_backward = summaries
+    assert stepped["loss_last"] == pytest.approx(in_backward["loss_last"], rel=1e-5)
+    assert in_backward["optimizer_steps"] == stepped["optimizer_steps"] == 3
+    assert in_backward["gradient_peak_mib"] == 2000 * 64 * 4 / 2**20
+    assert stepped["gradient_peak_mib"] > 1.8 * in_backward["gradient_peak_mib"]
+    assert in_backward["model_state_mib"] == pytest.approx(stepped["model_state_mib"])
+    code, events, _ = run_recipe("bert", *FAST, "--optimizer-in-backward", "--accumulate", "2")
+    assert code == 2
+    assert events[-1]["kind"] == "usage" and "drop --accumulate" in events[-1]["message"]
 
 
 def test_torchrun_two_processes(run_recipe) -> None:

@@ -119,6 +119,12 @@ def common_parser(description: str, presets: dict[str, dict[str, Any]]) -> JsonA
         help="keep the activations saved for backward in a narrower type",
     )
     parser.add_argument(
+        "--optimizer-in-backward",
+        action=on_off,
+        help="step the optimizer during backward, a block at a time, and free each gradient "
+        "as soon as it is used: the whole model's gradients never exist at once",
+    )
+    parser.add_argument(
         "--expandable-segments",
         action=on_off,
         help="PyTorch's allocator grows segments instead of caching fixed blocks (CUDA)",
@@ -159,8 +165,28 @@ def resolve_knobs(
             "usage", "--compress-activations works eagerly: add --no-compile (hooks on saved "
             "tensors do not combine with torch.compile)"
         )  # fmt: skip
+    if knobs.get("optimizer_in_backward"):
+        _check_step_in_backward(knobs)
     knobs["tf32"] = knobs["device"] == "cuda" and knobs["precision"] != "fp32"
     return knobs
+
+
+def _check_step_in_backward(knobs: dict[str, Any]) -> None:
+    """A step inside backward needs each backward to end a whole step, on unscaled gradients
+    that no other process still has to average."""
+    if knobs["accumulate"] > 1:
+        raise RecipeError(
+            "usage", "--optimizer-in-backward steps on every backward: drop --accumulate"
+        )
+    if knobs["precision"] == "fp16":
+        raise RecipeError(
+            "usage", "--optimizer-in-backward cannot unscale fp16 gradients: use bf16"
+        )
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise RecipeError(
+            "usage", "--optimizer-in-backward runs on one process: gradients are stepped "
+            "before DistributedDataParallel averages them"
+        )  # fmt: skip
 
 
 def start_runtime(knobs: dict[str, Any]) -> Runtime:
@@ -214,7 +240,10 @@ def grad_scaler(knobs: dict[str, Any], rt: Runtime) -> Any:
 
 
 class Checkpointed(nn.Module):
-    """Recomputes the wrapped block in backward instead of keeping its activations."""
+    """Recomputes the wrapped block in backward instead of keeping its activations.
+
+    The checkpoint keeps only the block's input, saved for backward like any activation: where
+    `SavedActivations` hooks are active they count it, and narrow it when compressing."""
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -340,12 +369,92 @@ def prepare_model(model: nn.Module, knobs: dict[str, Any], rt: Runtime) -> nn.Mo
 
 def make_optimizer(
     optimizer_class: type[torch.optim.Optimizer], model: nn.Module, knobs: dict[str, Any], **kw: Any
-) -> torch.optim.Optimizer:
-    """Fused (one kernel for all parameters) when asked and this torch offers it."""
+) -> torch.optim.Optimizer | StepInBackward:
+    """Fused (one kernel for all parameters) when asked and this torch offers it; stepped inside
+    backward (`StepInBackward`) when ``optimizer_in_backward`` is on."""
     fused = knobs["fused_optimizer"] and "fused" in inspect.signature(optimizer_class).parameters
     knobs["fused_optimizer"] = fused
     extra = {"fused": True} if fused else {}
+    if knobs.get("optimizer_in_backward"):
+        groups = parameter_groups(model)
+        return StepInBackward([optimizer_class(group, **kw, **extra) for group in groups])
     return optimizer_class(model.parameters(), **kw, **extra)
+
+
+def parameter_groups(model: nn.Module) -> list[list[nn.Parameter]]:
+    """The parameters by block: each element of a top-level ModuleList or Sequential is one group,
+    each other top-level module one, the model's own parameters one. A parameter shared between
+    blocks belongs to the first."""
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
+    blocks: list[nn.Module] = []
+    for child in model.children():
+        sequence = isinstance(child, (nn.ModuleList, nn.Sequential))
+        blocks += list(child.children()) if sequence else [child]
+    seen: set[int] = set()
+    groups: list[list[nn.Parameter]] = []
+    for parameters in [*(b.parameters() for b in blocks), model.parameters(recurse=False)]:
+        group = [p for p in parameters if p.requires_grad and id(p) not in seen]
+        seen.update(id(p) for p in group)
+        if group:
+            groups.append(group)
+    return groups
+
+
+class StepInBackward:
+    """One optimizer per parameter group, each stepped during backward as soon as the last of its
+    group's gradients is complete, which are then freed: at most a few blocks' gradients exist
+    at once instead of the whole model's (PyTorch's tutorial "How to save memory by fusing the
+    optimizer step into the backward pass"). Steps are per block rather than per parameter
+    because each optimizer step costs a fixed overhead in Python.
+
+    Stands in for the optimizer in the training loop: `step` only finishes groups whose
+    parameters got no gradient this time, and `zero_grad` has nothing left to clear. Counts the
+    bytes of complete gradients alive at once, and their peak."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.optimizers = optimizers
+        self.live_gradient_bytes = 0
+        self.peak_gradient_bytes = 0
+        self._ready: list[dict[int, int]] = [{} for _ in optimizers]  # id: gradient bytes
+        self._sizes = [sum(len(g["params"]) for g in o.param_groups) for o in optimizers]
+        for index, optimizer in enumerate(optimizers):
+            for group in optimizer.param_groups:
+                for parameter in group["params"]:
+                    parameter.register_post_accumulate_grad_hook(self._hook(index))
+
+    def _hook(self, index: int) -> Callable[[torch.Tensor], None]:
+        def gradient_complete(parameter: torch.Tensor) -> None:
+            size = tensor_bytes(parameter.grad)
+            self._ready[index][id(parameter)] = size
+            self.live_gradient_bytes += size
+            self.peak_gradient_bytes = max(self.peak_gradient_bytes, self.live_gradient_bytes)
+            if len(self._ready[index]) == self._sizes[index]:
+                self._step(index)
+
+        return gradient_complete
+
+    def _step(self, index: int) -> None:
+        self.optimizers[index].step()
+        self.optimizers[index].zero_grad(set_to_none=True)
+        self.live_gradient_bytes -= sum(self._ready[index].values())
+        self._ready[index].clear()
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        return {k: v for optimizer in self.optimizers for k, v in optimizer.state.items()}
+
+    def step(self) -> None:
+        for index, ready in enumerate(self._ready):
+            if ready:
+                self._step(index)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+
+def tensor_bytes(tensor: torch.Tensor | None) -> int:
+    return 0 if tensor is None else tensor.numel() * tensor.element_size()
 
 
 def loader_batches(
@@ -397,30 +506,33 @@ def peak_memory(rt: Runtime) -> tuple[float, str]:
 def memory_fields(
     rt: Runtime,
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | StepInBackward,
     saved: SavedActivations | None,
+    gradient_peak_bytes: int,
 ) -> dict[str, Any]:
     """What the memory doctor reads beside the peak: on CUDA the allocator's peak reserved and the
-    card's size; everywhere, the tensor accounting (parameters, gradients, optimizer state, and
-    the peak of activations saved for backward when they were counted)."""
+    card's size; everywhere, the model state (parameters and optimizer state) and, when saved
+    activations were counted, the tensor accounting: model state, the gradients' peak and the
+    saved activations' peak, summed (an upper bound: the two peaks need not coincide)."""
     fields: dict[str, Any] = {}
     if rt.device.type == "cuda":
         fields["peak_reserved_mib"] = torch.cuda.max_memory_reserved(rt.device) / 2**20
         total = torch.cuda.get_device_properties(rt.device).total_memory
         fields["device_memory_mib"] = total / 2**20
     tensors = [p for p in model.parameters()]
-    tensors += [p.grad for p in model.parameters() if p.grad is not None]
     tensors += [
         value
         for state in optimizer.state.values()
         for value in state.values()
         if isinstance(value, torch.Tensor)
     ]
-    state_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    state_bytes = sum(tensor_bytes(t) for t in tensors)
     fields["model_state_mib"] = state_bytes / 2**20
     if saved is not None:
+        gradients = max(gradient_peak_bytes, getattr(optimizer, "peak_gradient_bytes", 0))
+        fields["gradient_peak_mib"] = gradients / 2**20
         fields["saved_activations_peak_mib"] = saved.peak_bytes / 2**20
-        fields["tensor_peak_mib"] = (state_bytes + saved.peak_bytes) / 2**20
+        fields["tensor_peak_mib"] = (state_bytes + gradients + saved.peak_bytes) / 2**20
     return fields
 
 
@@ -510,7 +622,7 @@ def train(
     knobs: dict[str, Any],
     rt: Runtime,
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | StepInBackward,
     batches: Iterator[Batch],
     loss_of: Callable[[nn.Module, Any], torch.Tensor],
 ) -> dict[str, Any]:
@@ -530,6 +642,8 @@ def train(
     total = warmup + knobs["steps"]
     optimizer.zero_grad(set_to_none=True)
     optimizer_steps = 0
+    gradient_peak = 0
+    parameters = list(model.parameters())
     logged_losses: list[float] = []
     measured = {"samples": 0.0, "tokens": 0.0, "seconds": 0.0}
     window_samples = window_tokens = 0
@@ -545,6 +659,8 @@ def train(
                 loss = loss_of(model, batch.data)
             scaler.scale(loss / accumulate).backward()
         if optimizer_due:
+            if saved is not None:  # counting: the gradients are all there before the step
+                gradient_peak = max(gradient_peak, sum(tensor_bytes(p.grad) for p in parameters))
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
@@ -591,7 +707,7 @@ def train(
         "measured_seconds": seconds,
         "loss_first": logged_losses[0] if logged_losses else None,
         "loss_last": logged_losses[-1] if logged_losses else None,
-        **memory_fields(rt, model, optimizer, saved),
+        **memory_fields(rt, model, optimizer, saved, gradient_peak),
     }
     if measured["tokens"]:
         result["tokens_per_s"] = measured["tokens"] / seconds

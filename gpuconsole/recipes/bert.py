@@ -42,6 +42,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 RECIPE = "bert"
 PRESETS = {
@@ -69,6 +70,10 @@ MASKED_FRACTION = 0.15
 # and 1,318 compiled, against 1,037 for fixed (benchmarks in docs/benchmarks.md).
 PAD_MULTIPLE = 64
 PREDICTION_MULTIPLE = 8  # masked slots per sequence, rounded for tensor-core friendly shapes
+IGNORED = -100  # the label of a prediction slot that is not scored
+LOSS_CHUNK_BYTES = 64 * 2**20
+"""Under checkpointing, the head's fp32 logits are made in chunks of at most this size: whole, at
+batch 32 and sequence 512 they take 298 MiB, and as much again for their gradient."""
 
 
 def recipe_defaults(tiny: bool) -> dict[str, Any]:
@@ -83,6 +88,7 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
         "checkpoint_every": 0,
         "compress_activations": None,
         "expandable_segments": False,
+        "optimizer_in_backward": False,
         "steps": 4 if tiny else 100,
         "warmup_steps": 1 if tiny else 30,
         "log_every": 1 if tiny else 10,
@@ -137,11 +143,14 @@ class EncoderLayer(nn.Module):
 
 class MaskedLanguageModel(nn.Module):
     """Embeddings, encoder layers and a masked-LM head whose decoder shares the word
-    embeddings; logits are computed only at the masked positions."""
+    embeddings; logits are computed only at the masked positions, and the model returns the
+    loss. With ``loss_rows`` the vocabulary-sized logits are made that many rows at a time and
+    recomputed in backward, so they never exist whole (the head's share of checkpointing)."""
 
-    def __init__(self, knobs: dict[str, Any], dropout: float = 0.1) -> None:
+    def __init__(self, knobs: dict[str, Any], dropout: float = 0.1, loss_rows: int = 0) -> None:
         super().__init__()
         hidden = knobs["hidden"]
+        self.loss_rows = loss_rows
         self.words = nn.Embedding(knobs["vocab"], hidden)
         self.positions = nn.Embedding(knobs["max_len"], hidden)
         self.embedding_norm = nn.LayerNorm(hidden)
@@ -155,7 +164,11 @@ class MaskedLanguageModel(nn.Module):
         self.apply(init_weights)
 
     def forward(
-        self, tokens: torch.Tensor, keep: torch.Tensor, masked_positions: torch.Tensor
+        self,
+        tokens: torch.Tensor,
+        keep: torch.Tensor,
+        masked_positions: torch.Tensor,
+        labels: torch.Tensor,
     ) -> torch.Tensor:
         length = tokens.shape[1]
         positions = torch.arange(length, device=tokens.device)
@@ -164,8 +177,29 @@ class MaskedLanguageModel(nn.Module):
         for layer in self.layers:
             x = layer(x, attention_keep)
         index = masked_positions.unsqueeze(-1).expand(-1, -1, x.shape[-1])
-        picked = self.transform(torch.gather(x, 1, index))
-        return F.linear(picked, self.words.weight, self.decoder_bias)
+        picked = self.transform(torch.gather(x, 1, index)).flatten(0, 1)
+        labels = labels.flatten()
+        scored = (labels != IGNORED).sum().clamp(min=1)
+        if not self.loss_rows:
+            return self._summed_loss(picked, labels) / scored
+        chunks = (
+            checkpoint(self._summed_loss, rows, row_labels, use_reentrant=False)
+            for rows, row_labels in zip(
+                picked.split(self.loss_rows), labels.split(self.loss_rows), strict=True
+            )
+        )
+        return sum(chunks) / scored
+
+    def _summed_loss(self, picked: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = F.linear(picked, self.words.weight, self.decoder_bias)
+        return F.cross_entropy(logits.float(), labels, ignore_index=IGNORED, reduction="sum")
+
+
+def loss_rows(knobs: dict[str, Any]) -> int:
+    """Rows of the head's logits per checkpointed chunk when checkpointing, else 0 (whole)."""
+    if not knobs["checkpoint_every"]:
+        return 0
+    return max(1, LOSS_CHUNK_BYTES // (4 * knobs["vocab"]))
 
 
 def sequence_lengths(knobs: dict[str, Any], generator: torch.Generator) -> torch.Tensor:
@@ -196,22 +230,20 @@ def token_batches(knobs: dict[str, Any], rt: Runtime, padded: list[int]) -> Iter
         tokens = torch.randint(FIRST_WORD_TOKEN, vocab, (len(lengths), length), device=rt.device)
         tokens = tokens.masked_fill(~keep, 0)
         # Positions drawn within each sequence's real tokens; of the prediction slots, each
-        # sequence scores only the first 15% of its own length (the rest are ignored, -100).
+        # sequence scores only the first 15% of its own length (the rest are IGNORED).
         draws = torch.rand(len(lengths), predictions, device=rt.device)
         positions = (draws * on_device[:, None]).long()
         labels = torch.gather(tokens, 1, positions)
         scored = (
             torch.arange(predictions, device=rt.device) < (on_device * MASKED_FRACTION)[:, None]
         )
-        labels = labels.masked_fill(~scored, -100)
+        labels = labels.masked_fill(~scored, IGNORED)
         tokens = tokens.scatter(1, positions, MASK_TOKEN)
         yield Batch((tokens, keep, positions, labels), len(lengths), int(lengths.sum()))
 
 
 def masked_lm_loss(model: nn.Module, data: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    tokens, keep, positions, labels = data
-    logits = model(tokens, keep, positions)
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+    return model(*data)
 
 
 def parse_knobs(argv: list[str]) -> dict[str, Any]:
@@ -239,7 +271,7 @@ def main(argv: list[str]) -> None:
     knobs = parse_knobs(argv)
     rt = start_runtime(knobs)
     configure_math(knobs)
-    model = MaskedLanguageModel(knobs)
+    model = MaskedLanguageModel(knobs, loss_rows=loss_rows(knobs))
     layers = [(model.layers, index) for index in range(len(model.layers))]
     checkpoint_blocks(layers, knobs["checkpoint_every"])
     model = prepare_model(model, knobs, rt)

@@ -86,6 +86,7 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
         "checkpoint_every": 0,
         "compress_activations": None,
         "expandable_segments": False,
+        "optimizer_in_backward": False,
         "steps": 8 if tiny else 100,
         "warmup_steps": 0 if tiny else 20,
         "log_every": 4 if tiny else 10,

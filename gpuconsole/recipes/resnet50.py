@@ -77,6 +77,7 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
         "checkpoint_every": 0,
         "compress_activations": None,
         "expandable_segments": False,
+        "optimizer_in_backward": False,
         "steps": 4 if tiny else 100,
         "warmup_steps": 1 if tiny else 30,
         "log_every": 1 if tiny else 10,
