@@ -44,7 +44,7 @@ def test_every_fix_is_tried_and_the_cheapest_that_fits_is_chosen(cpu_host) -> No
     trials = {t["name"]: t for t in report["trials"]}
     first = [
         "fp32", "bf16", "bf16+checkpoint", "fp32+compress-bf16", "bf16+compress-fp8",
-        "bf16+micro-batch/2", "bf16+checkpoint+compress-fp8",
+        "bf16+optimizer-in-backward", "bf16+micro-batch/2",
     ]  # fmt: skip
     assert [t["name"] for t in report["trials"]][: len(first)] == first  # no allocator: no
     assert all(t["error"] is None for t in report["trials"])  # expandable trials on a CPU
@@ -52,6 +52,7 @@ def test_every_fix_is_tried_and_the_cheapest_that_fits_is_chosen(cpu_host) -> No
     assert peak["bf16+checkpoint"] < peak["bf16"] < peak["fp32"]
     assert peak["fp32+compress-bf16"] < peak["fp32"]
     assert peak["bf16+micro-batch/2"] < peak["bf16"]
+    assert peak["bf16+optimizer-in-backward"] < peak["bf16"]  # fewer gradients at once
     target = report["target_mib"]
     assert target == pytest.approx(0.45 * peak["fp32"])
     chosen = trials[report["recommended"]]
@@ -85,7 +86,7 @@ def test_bad_memory_arguments_are_one_line(cpu_host) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "gpuconsole: --fixes 'bf16+zero3': unknown fix 'zero3' (checkpoint, checkpoint/K, "
-        "compress-bf16, compress-fp8, expandable, micro-batch/N)"
+        "compress-bf16, compress-fp8, expandable, optimizer-in-backward, micro-batch/N)"
     )
     done = gpuconsole("memory", "bert", *TINY, "--batch-size", "4", env=cpu_host)
     assert done.returncode == 2 and "not after --" in done.stderr

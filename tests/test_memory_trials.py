@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
 
+from gpuconsole.actions.memory.session import DoctorRequest, MemoryReport, _choose
 from gpuconsole.actions.memory.trials import (
     Fixes,
     Trial,
     checkpoint_interval,
+    combinations,
     default_target_mib,
     first_trials,
     loss_drift,
@@ -120,6 +123,63 @@ def test_the_report_shows_reserved_and_allocated_peaks_and_the_model_states_floo
     assert lines[1].split()[:3] == ["trial", "peak", "allocated"]
     assert lines[2].split()[:5] == ["fp32", "11.52", "GiB", "10.74", "GiB"]
     assert (
-        "model state (parameters, gradients, optimizer): 1.66 GiB, which no activation fix lowers"
+        "model state (parameters and optimizer state): 1.66 GiB, which no activation fix lowers"
         in lines
     )
+
+
+def test_combinations_add_one_fix_at_a_time_least_intrusive_first() -> None:
+    names = [fixes.name for fixes in combinations(CKPT, allocator=True)]
+    assert names == [
+        "bf16+checkpoint+expandable",
+        "bf16+checkpoint+expandable+optimizer-in-backward",
+        "bf16+checkpoint+compress-bf16+expandable+optimizer-in-backward",
+        "bf16+checkpoint+compress-fp8+expandable+optimizer-in-backward",
+    ]
+    fp16 = [f.name for f in combinations(replace(CKPT, precision="fp16"), allocator=False)]
+    assert fp16 == ["fp16+checkpoint+compress-bf16", "fp16+checkpoint+compress-fp8"]
+    assert all(parse_fixes(name) for name in names)
+    with pytest.raises(ValueError, match="choose one"):
+        parse_fixes("bf16+optimizer-in-backward+micro-batch/2")
+
+
+def _doctor_choice(measured: dict[str, tuple[float, float, float]], target: float) -> MemoryReport:
+    """The doctor's choice after the first trials, a trial being a lookup in ``measured``
+    (name: peak MiB, samples/s, loss); the names tried are the report's trials."""
+    report = MemoryReport("gpu01", "bert", 32)
+    report.trials = [trial(f, *measured[f.name][:2], loss=measured[f.name][2]) for f in
+                     first_trials("bf16") if f.name in measured]  # fmt: skip
+
+    async def run(fixes: Fixes, batch: int | None = None, probe: bool = False) -> Trial:
+        peak, speed, loss = measured.get(fixes.name, (99_999.0, 1.0, 7.0))
+        done = trial(fixes, peak, speed, loss=loss)
+        report.trials.append(done)
+        return done
+
+    asyncio.run(_choose(report, DoctorRequest("bert", target_gib=target / 1024), run, True))
+    return report
+
+
+# The shape of the H200's figures: nothing alone fits 2,430 MiB; fp8 compression on top of
+# checkpointing, stepping in backward and expandable segments does.
+LADDER = {
+    "fp32": (12_150.0, 137.0, 10.44),
+    "bf16": (8_360.0, 800.0, 10.465),
+    "bf16+checkpoint": (3_110.0, 560.0, 10.465),
+    "bf16+checkpoint+expandable": (2_910.0, 565.0, 10.465),
+    "bf16+checkpoint+expandable+optimizer-in-backward": (2_810.0, 565.0, 10.465),
+    "bf16+checkpoint+compress-bf16+expandable+optimizer-in-backward": (2_530.0, 560.0, 10.465),
+    "bf16+checkpoint+compress-fp8+expandable+optimizer-in-backward": (2_410.0, 558.0, 10.466),
+}
+
+
+def test_when_nothing_fits_fixes_are_combined_until_one_does() -> None:
+    report = _doctor_choice(LADDER, 2_430.0)
+    tried = [t.fixes.name for t in report.trials if t.fixes.batch_size is None]
+    assert tried[-3:] == list(LADDER)[-3:]  # each rung once, in order, up to the first fit
+    assert report.recommended.fixes.name == list(LADDER)[-1]
+    # a looser target stops the climb at the first rung that fits
+    report = _doctor_choice(LADDER, 2_850.0)
+    tried = [t.fixes.name for t in report.trials if t.fixes.batch_size is None]
+    assert tried[-1] == "bf16+checkpoint+expandable+optimizer-in-backward"
+    assert report.recommended.fixes.name == tried[-1]

@@ -42,11 +42,16 @@ def trial_cells(trial: Trial, report: MemoryReport) -> tuple[str, ...]:
     )
 
 
+def _name_width(report: MemoryReport) -> int:
+    return max([40, *(len(t.fixes.name) for t in report.trials)])
+
+
 def trial_line(trial: Trial, report: MemoryReport) -> str:
     cells = trial_cells(trial, report)
+    name = _name_width(report)
     if not trial.ok:
-        return f"{cells[0]:<40} {cells[1]}"
-    widths = (40, 10, 10, 5, 10, 5, 0, 0)
+        return f"{cells[0]:<{name}} {cells[1]}"
+    widths = (name, 10, 10, 5, 10, 5, 0, 0)
     return " ".join(
         f"{c:>{w}}" if i else f"{c:<{w}}"
         for i, (c, w) in enumerate(zip(cells, widths, strict=True))
@@ -68,8 +73,8 @@ def report_text(report: MemoryReport) -> str:
     source = next((t.source for t in report.trials if t.ok), "nothing measured")
     lines = [
         f"{report.recipe} on {report.host}, batch {report.batch_size or 'N/A'}; memory: {source}",
-        f"{'trial':<40} {'peak':>10} {'allocated':>10} {'fp32':>5} {'samples/s':>10} "
-        f"{'mixed':>5} loss",
+        f"{'trial':<{_name_width(report)}} {'peak':>10} {'allocated':>10} {'fp32':>5} "
+        f"{'samples/s':>10} {'mixed':>5} loss",
     ]
     lines += [trial_line(t, report) for t in report.trials]
     lines.append("")
@@ -78,7 +83,7 @@ def report_text(report: MemoryReport) -> str:
     baseline, mixed = _references(report)
     if baseline is not None and baseline.state_mib:
         lines.append(
-            f"model state (parameters, gradients, optimizer): {size_text(baseline.state_mib)}, "
+            f"model state (parameters and optimizer state): {size_text(baseline.state_mib)}, "
             "which no activation fix lowers"
         )
     if report.recommended is not None:
@@ -119,6 +124,7 @@ def trial_dict(trial: Trial, report: MemoryReport) -> dict[str, Any]:
             "checkpoint_every": trial.fixes.checkpoint_every,
             "compress": trial.fixes.compress,
             "expandable_segments": trial.fixes.expandable,
+            "optimizer_in_backward": trial.fixes.optimizer_in_backward,
             "micro_batches": trial.fixes.micro_batches,
             "batch_size": trial.fixes.batch_size,
         },

@@ -14,6 +14,7 @@ from gpuconsole.actions.memory.trials import (
     Fixes,
     Trial,
     checkpoint_interval,
+    combinations,
     default_target_mib,
     first_trials,
     fits,
@@ -146,15 +147,18 @@ async def run_doctor(
             first = await trial(baseline)
             if not first.ok and first.error_kind != "oom":
                 raise MemoryDoctorError(f"{request.recipe} on {target.name}: {first.error}")
-            if not first.source.startswith("CUDA"):  # the CPU has no caching allocator
+            cuda = first.source.startswith("CUDA")
+            if not cuda:  # the CPU has no caching allocator
                 rest = [fixes for fixes in rest if not fixes.expandable]
             for fixes in rest:
                 await trial(fixes)
-            await _choose(report, request, trial)
-            if first.source.startswith("CUDA"):
-                _, events = await runner.run(baseline, report.batch_size, 2, 1, history=True)
+            await _choose(report, request, trial, allocator=cuda)
+            if cuda:
+                recorded, events = await runner.run(baseline, report.batch_size, 2, 1, history=True)
                 sites = next((e for e in events if e["event"] == "memory_sites"), None)
                 report.sites = {**sites, "fixes": baseline.name} if sites else None
+                if sites is None:
+                    report.notes.append(f"no memory history of {baseline.name}: {recorded.error}")
     except LaunchError as error:
         raise MemoryDoctorError(str(error)) from None
     report.notes.append(EMPTY_CACHE_TRUTH)
@@ -162,11 +166,10 @@ async def run_doctor(
 
 
 async def _choose(
-    report: MemoryReport,
-    request: DoctorRequest,
-    trial: Callable[..., Any],
+    report: MemoryReport, request: DoctorRequest, trial: Callable[..., Any], allocator: bool
 ) -> None:
-    """The checkpoint interval for the target, the recommendation, the largest batch."""
+    """The checkpoint interval for the target; when nothing tried fits, checkpointing with more
+    fixes added one at a time (`combinations`); the recommendation; the largest batch."""
     target = _target_mib(request, report.trials)
     report.target_mib = target
     if target is None:
@@ -183,6 +186,12 @@ async def _choose(
         if k is not None:
             await trial(replace(mixed, checkpoint_every=k))
     report.recommended = recommend(report.trials, target)
+    if report.recommended is None and every is not None:
+        for fixes in combinations(every.fixes, allocator):
+            done = _find(report.trials, fixes) or await trial(fixes)
+            if fits(done, target):
+                break
+        report.recommended = recommend(report.trials, target)
     base = report.recommended or _smallest(report.trials)
     if base is not None and report.batch_size:
         report.largest_batch = await _largest_batch(base, report.batch_size, target, trial)

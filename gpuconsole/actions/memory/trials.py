@@ -33,6 +33,8 @@ class Fixes:
     checkpoint_every: int = 0
     compress: str | None = None
     expandable: bool = False
+    optimizer_in_backward: bool = False
+    """The optimizer stepped block by block during backward, each gradient freed once used."""
     micro_batches: int = 1
     """The batch split into this many micro-batches, gradients accumulated over them."""
     batch_size: int | None = None
@@ -49,6 +51,8 @@ class Fixes:
             parts.append(f"compress-{self.compress}")
         if self.expandable:
             parts.append("expandable")
+        if self.optimizer_in_backward:
+            parts.append("optimizer-in-backward")
         if self.micro_batches > 1:
             parts.append(f"micro-batch/{self.micro_batches}")
         if self.batch_size is not None:
@@ -64,6 +68,7 @@ class Fixes:
                 self.checkpoint_every > 0,
                 self.compress is not None,
                 self.expandable,
+                self.optimizer_in_backward,
                 self.micro_batches > 1,
             )
         )
@@ -78,6 +83,8 @@ class Fixes:
         if self.compress:
             args += ["--compress-activations", self.compress]
         args.append("--expandable-segments" if self.expandable else "--no-expandable-segments")
+        if self.optimizer_in_backward:
+            args.append("--optimizer-in-backward")
         return args
 
 
@@ -97,13 +104,20 @@ def parse_fixes(name: str) -> Fixes:
             fixes = replace(fixes, compress=part.removeprefix("compress-"))
         elif part == "expandable":
             fixes = replace(fixes, expandable=True)
+        elif part == "optimizer-in-backward":
+            fixes = replace(fixes, optimizer_in_backward=True)
         elif word == "micro-batch" and number.isdigit() and int(number) > 1:
             fixes = replace(fixes, micro_batches=int(number))
         else:
             raise ValueError(
                 f"{name!r}: unknown fix {part!r} (checkpoint, checkpoint/K, compress-bf16, "
-                "compress-fp8, expandable, micro-batch/N)"
+                "compress-fp8, expandable, optimizer-in-backward, micro-batch/N)"
             )
+    if fixes.optimizer_in_backward and fixes.micro_batches > 1:
+        raise ValueError(
+            f"{name!r}: optimizer-in-backward steps at every backward, micro-batch/N "
+            "accumulates over several: choose one"
+        )
     return fixes
 
 
@@ -151,10 +165,11 @@ def trial_from_summary(fixes: Fixes, summary: Mapping[str, Any]) -> Trial:
 
 
 def first_trials(amp: str) -> list[Fixes]:
-    """The trials every report has: the baseline, mixed precision alone, checkpointing of every
-    block, compression, expandable segments, micro-batches, and two combinations."""
+    """The trials every report has: the baseline, mixed precision alone, then each fix on top of
+    it (compression also under fp32, where it narrows every activation), and checkpointing with
+    expandable segments, the combination that later trials build on."""
     mixed = Fixes(precision=amp)
-    return [
+    trials = [
         Fixes(),
         mixed,
         replace(mixed, checkpoint_every=1),
@@ -163,8 +178,31 @@ def first_trials(amp: str) -> list[Fixes]:
         replace(mixed, expandable=True),
         replace(mixed, micro_batches=2),
         replace(mixed, checkpoint_every=1, expandable=True),
-        replace(mixed, checkpoint_every=1, compress="fp8"),
     ]
+    if steps_in_backward(mixed):
+        trials.insert(6, replace(mixed, optimizer_in_backward=True))
+    return trials
+
+
+def steps_in_backward(fixes: Fixes) -> bool:
+    """Whether the optimizer can step in backward: not with fp16's loss scaling."""
+    return fixes.precision != "fp16"
+
+
+def combinations(base: Fixes, allocator: bool) -> list[Fixes]:
+    """``base`` with more fixes, added one at a time, least intrusive first: the allocator's
+    expandable segments (where there is a caching ``allocator``: CUDA), the same arithmetic
+    stepped in backward, then activations rounded to bf16, then to fp8 instead. The doctor tries
+    them in order until one fits."""
+    ladder: list[Fixes] = []
+    current = base
+    if allocator:
+        current = replace(current, expandable=True)
+        ladder.append(current)
+    if steps_in_backward(base):
+        current = replace(current, optimizer_in_backward=True)
+        ladder.append(current)
+    return [*ladder, replace(current, compress="bf16"), replace(current, compress="fp8")]
 
 
 def default_target_mib(trials: Sequence[Trial]) -> float | None:
