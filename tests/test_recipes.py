@@ -287,6 +287,15 @@ def test_the_optimizer_in_backward_keeps_the_arithmetic_and_fewer_gradients(run_
     assert events[-1]["kind"] == "usage" and "drop --accumulate" in events[-1]["message"]
 
 
+def test_checkpointing_under_torchrun(run_recipe) -> None:
+    """DistributedDataParallel with checkpointed blocks and bert's chunked head, whose chunks
+    share the word embeddings (a parameter must be marked ready once a step)."""
+    args = (*FAST, "--steps", "2", "--batch-size", "4", "--checkpoint-every", "1")
+    code, events, stderr = run_recipe("bert", *args, torchrun=2)
+    assert code == 0, stderr
+    assert only_summary(events)["world_size"] == 2
+
+
 def test_torchrun_two_processes(run_recipe) -> None:
     args = (*FAST, "--steps", "2", "--batch-size", "4")
     code, events, stderr = run_recipe("resnet50", *args, torchrun=2)

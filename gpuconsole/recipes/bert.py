@@ -183,6 +183,8 @@ class MaskedLanguageModel(nn.Module):
         if not self.loss_rows:
             return self._summed_loss(picked, labels) / scored
         chunks = (
+            # non-reentrant: every chunk uses the word embeddings, and DistributedDataParallel
+            # refuses a parameter made ready by several reentrant backward passes
             checkpoint(self._summed_loss, rows, row_labels, use_reentrant=False)
             for rows, row_labels in zip(
                 picked.split(self.loss_rows), labels.split(self.loss_rows), strict=True

@@ -1,0 +1,99 @@
+"""Whether a checkpointed bert step is bound by the host or by the GPU, and what each memory fix
+costs on either side. CUDA only.
+
+    python benchmarks/checkpoint_step_cost.py [--steps 30] [--warmup 10]
+
+For each set of recipe flags (BERT-base, sequence 512 fixed, batch 32, bf16, eager), it builds
+the recipe's model as `bert.py` does and times every step three ways: the host's time to enqueue
+it (no synchronization), the wall time to its end (synchronized), and the GPU's time between two
+events. Enqueue close to wall means the host is the bottleneck. Checkpointed sets run twice: with
+the reentrant checkpoints `recompute` picks, and with the non-reentrant kind everywhere. Prints
+the medians, one line per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gpuconsole" / "recipes"))
+import _recipe_harness as harness
+
+import bert
+
+CHECKPOINT = ("--checkpoint-every", "1")
+FLAG_SETS = (
+    (),
+    CHECKPOINT,
+    (*CHECKPOINT, "--optimizer-in-backward"),
+    (*CHECKPOINT, "--optimizer-in-backward", "--compress-activations", "fp8"),
+)
+
+
+def step_times(flags: tuple[str, ...], steps: int, warmup: int) -> tuple[float, float, float]:
+    """Median enqueue, wall and GPU milliseconds of a step."""
+    knobs = bert.parse_knobs(["--no-compile", "--padding", "fixed", "--precision", "bf16", *flags])
+    runtime = harness.start_runtime(knobs)
+    harness.configure_math(knobs)
+    torch.manual_seed(0)
+    model = bert.MaskedLanguageModel(knobs, loss_rows=bert.loss_rows(knobs))
+    blocks = [(model.layers, index) for index in range(len(model.layers))]
+    harness.checkpoint_blocks(blocks, knobs["checkpoint_every"])
+    model = harness.prepare_model(model, knobs, runtime)
+    optimizer = harness.make_optimizer(torch.optim.AdamW, model, knobs, lr=1e-4)
+    batches = bert.token_batches(knobs, runtime, [])
+    compress = knobs["compress_activations"]
+    hooks = harness.SavedActivations(compress) if compress else contextlib.nullcontext()
+    enqueue, wall, gpu = [], [], []
+    for step in range(warmup + steps):
+        batch = next(batches)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        began = time.perf_counter()
+        start.record()
+        with hooks, harness.autocast(knobs, runtime):
+            loss = bert.masked_lm_loss(model, batch.data)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        end.record()
+        enqueued = time.perf_counter()
+        torch.cuda.synchronize()
+        if step >= warmup:
+            enqueue.append((enqueued - began) * 1e3)
+            wall.append((time.perf_counter() - began) * 1e3)
+            gpu.append(start.elapsed_time(end))
+    return statistics.median(enqueue), statistics.median(wall), statistics.median(gpu)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=10)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("checkpoint_step_cost: needs CUDA", file=sys.stderr)
+        return 2
+    for flags in FLAG_SETS:
+        kinds = (True, False) if CHECKPOINT[0] in flags else (True,)
+        for reentrant in kinds:
+            harness.REENTRANT_WHERE_POSSIBLE = reentrant
+            enqueue, wall, gpu = step_times(flags, args.steps, args.warmup)
+            name = " ".join(flags) or "(bf16 alone)"
+            kind = "reentrant where possible" if reentrant else "non-reentrant"
+            print(
+                f"{name:72} {kind:24} enqueue {enqueue:5.1f} ms  wall {wall:5.1f} ms  "
+                f"GPU {gpu:5.1f} ms  {32_000 / wall:6.1f} samples/s",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
