@@ -1,14 +1,15 @@
 """Whether a checkpointed bert step is bound by the host or by the GPU, and what each memory fix
 costs on either side. CUDA only.
 
-    python benchmarks/checkpoint_step_cost.py [--steps 30] [--warmup 10]
+    python benchmarks/checkpoint_step_cost.py [--steps 30] [--warmup 10] [--profile]
 
 For each set of recipe flags (BERT-base, sequence 512 fixed, batch 32, bf16, eager), it builds
 the recipe's model as `bert.py` does and times every step three ways: the host's time to enqueue
 it (no synchronization), the wall time to its end (synchronized), and the GPU's time between two
 events. Enqueue close to wall means the host is the bottleneck. Checkpointed sets run twice: with
 the reentrant checkpoints `recompute` picks, and with the non-reentrant kind everywhere. Prints
-the medians, one line per run.
+the medians, one line per run; with --profile also, for three more steps of each run, the host
+calls that took longest (torch.profiler) and how many waited for the GPU.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -36,7 +38,12 @@ FLAG_SETS = (
 )
 
 
-def step_times(flags: tuple[str, ...], steps: int, warmup: int) -> tuple[float, float, float]:
+WAITS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+def step_times(
+    flags: tuple[str, ...], steps: int, warmup: int, profile: bool
+) -> tuple[float, float, float]:
     """Median enqueue, wall and GPU milliseconds of a step."""
     knobs = bert.parse_knobs(["--no-compile", "--padding", "fixed", "--precision", "bf16", *flags])
     runtime = harness.start_runtime(knobs)
@@ -51,17 +58,21 @@ def step_times(flags: tuple[str, ...], steps: int, warmup: int) -> tuple[float, 
     compress = knobs["compress_activations"]
     hooks = harness.SavedActivations(compress) if compress else contextlib.nullcontext()
     enqueue, wall, gpu = [], [], []
+
+    def one_step(data: tuple[torch.Tensor, ...]) -> None:
+        with hooks, harness.autocast(knobs, runtime):
+            loss = bert.masked_lm_loss(model, data)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
     for step in range(warmup + steps):
-        batch = next(batches)
+        batch = next(batches)  # drawn before the clock starts
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         began = time.perf_counter()
         start.record()
-        with hooks, harness.autocast(knobs, runtime):
-            loss = bert.masked_lm_loss(model, batch.data)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        one_step(batch.data)
         end.record()
         enqueued = time.perf_counter()
         torch.cuda.synchronize()
@@ -69,13 +80,32 @@ def step_times(flags: tuple[str, ...], steps: int, warmup: int) -> tuple[float, 
             enqueue.append((enqueued - began) * 1e3)
             wall.append((time.perf_counter() - began) * 1e3)
             gpu.append(start.elapsed_time(end))
+    if profile:
+        print_profile(lambda: one_step(next(batches).data))
     return statistics.median(enqueue), statistics.median(wall), statistics.median(gpu)
+
+
+def print_profile(one_step: Callable[[], None], steps: int = 3) -> None:
+    """The host calls that took longest over ``steps`` steps, and the waits for the GPU."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profiler:
+        for _ in range(steps):
+            one_step()
+        torch.cuda.synchronize()
+    averages = profiler.key_averages()
+    waits = {e.key: e.count for e in averages if e.key.startswith(WAITS)}
+    print(f"  waits for the GPU over {steps} steps: {waits or 'none'}")
+    top = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
+    for event in top:
+        host_ms = event.self_cpu_time_total / 1e3 / steps
+        print(f"  {host_ms:7.2f} ms a step  {event.count // steps:5d}×  {event.key}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--profile", action="store_true", help="and where the host's time goes")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("checkpoint_step_cost: needs CUDA", file=sys.stderr)
@@ -84,7 +114,7 @@ def main() -> int:
         kinds = (True, False) if CHECKPOINT[0] in flags else (True,)
         for reentrant in kinds:
             harness.REENTRANT_WHERE_POSSIBLE = reentrant
-            enqueue, wall, gpu = step_times(flags, args.steps, args.warmup)
+            enqueue, wall, gpu = step_times(flags, args.steps, args.warmup, args.profile)
             name = " ".join(flags) or "(bf16 alone)"
             kind = "reentrant where possible" if reentrant else "non-reentrant"
             print(
