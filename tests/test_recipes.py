@@ -272,12 +272,15 @@ def test_the_optimizer_in_backward_keeps_the_arithmetic_and_fewer_gradients(run_
     gradient is complete only at the end of backward (the decoder shares them)."""
     plain = ("--precision", "fp32", "--steps", "3", "--warmup-steps", "0")
     summaries = []
-    for extra in ((), ("--optimizer-in-backward",)):
+    in_backward = ("--optimizer-in-backward",)
+    # and inside the nested backward of reentrant checkpoints
+    for extra in ((), in_backward, (*in_backward, "--checkpoint-every", "1")):
         code, events, stderr = run_recipe("bert", *FAST, *plain, *extra)
         assert code == 0, stderr
         summaries.append(only_summary(events))
-    stepped, in_backward = summaries
+    stepped, in_backward, checkpointed = summaries
     assert stepped["loss_last"] == pytest.approx(in_backward["loss_last"], rel=1e-5)
+    assert checkpointed["loss_last"] == pytest.approx(in_backward["loss_last"], rel=1e-5)
     assert in_backward["optimizer_steps"] == stepped["optimizer_steps"] == 3
     assert in_backward["gradient_peak_mib"] == 2000 * 64 * 4 / 2**20
     assert stepped["gradient_peak_mib"] > 1.8 * in_backward["gradient_peak_mib"]
