@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.pilot import Pilot
 
 from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, same_cell
 
@@ -50,12 +54,19 @@ def plain(table: KeyedTable, row: str, column: str) -> str:
 BASE = {"a": 10.0, "b": 20.0, "c": 30.0}
 
 
-async def test_sync_of_identical_rows_updates_nothing() -> None:
+@asynccontextmanager
+async def base_rows_shown() -> AsyncIterator[tuple[Pilot[None], RecordingTable]]:
+    """A running app whose table has COLUMNS and BASE's rows (synced, not yet painted)."""
     app = TableApp()
     async with app.run_test() as pilot:
         table = app.query_one(RecordingTable)
         table.set_columns(COLUMNS)
         table.sync(rows(BASE))
+        yield pilot, table
+
+
+async def test_sync_of_identical_rows_updates_nothing() -> None:
+    async with base_rows_shown() as (pilot, table):
         await pilot.pause()
         assert row_keys(table) == ["a", "b", "c"]
         assert table.updates == []
@@ -65,11 +76,7 @@ async def test_sync_of_identical_rows_updates_nothing() -> None:
 
 
 async def test_changing_one_cell_updates_exactly_that_cell() -> None:
-    app = TableApp()
-    async with app.run_test() as pilot:
-        table = app.query_one(RecordingTable)
-        table.set_columns(COLUMNS)
-        table.sync(rows(BASE))
+    async with base_rows_shown() as (pilot, table):
         await pilot.pause()
         repaints = table.whole_repaints
         table.sync(rows({**BASE, "b": 99.0}))
@@ -88,11 +95,7 @@ def screen_lines(table: KeyedTable) -> list[str]:
 
 
 async def test_a_changed_cell_is_painted_and_the_other_rows_come_from_the_cache() -> None:
-    app = TableApp()
-    async with app.run_test() as pilot:
-        table = app.query_one(RecordingTable)
-        table.set_columns(COLUMNS)
-        table.sync(rows(BASE))
+    async with base_rows_shown() as (pilot, table):
         await pilot.pause()
         assert "10%" in screen_lines(table)[1]
         rows_painted: set[int] = set()
@@ -115,11 +118,7 @@ async def test_a_changed_cell_is_painted_and_the_other_rows_come_from_the_cache(
 
 
 async def test_style_only_change_updates_the_cell() -> None:
-    app = TableApp()
-    async with app.run_test() as pilot:
-        table = app.query_one(RecordingTable)
-        table.set_columns(COLUMNS)
-        table.sync(rows(BASE, style="green"))
+    async with base_rows_shown() as (pilot, table):  # green, as rows() makes them
         recoloured = rows(BASE, style="green")
         recoloured[2] = ("c", (Text("c"), Text("30%", style="red")))
         table.sync(recoloured)
@@ -143,11 +142,7 @@ def test_same_cell_compares_style_and_spans() -> None:
 
 
 async def test_reordering_rebuilds_and_keeps_cursor_on_its_key() -> None:
-    app = TableApp()
-    async with app.run_test() as pilot:
-        table = app.query_one(RecordingTable)
-        table.set_columns(COLUMNS)
-        table.sync(rows(BASE))
+    async with base_rows_shown() as (pilot, table):
         await pilot.pause()
         table.move_cursor(row=1, animate=False)
         await pilot.pause()
@@ -162,11 +157,7 @@ async def test_reordering_rebuilds_and_keeps_cursor_on_its_key() -> None:
 
 
 async def test_removed_cursor_key_leaves_a_valid_cursor() -> None:
-    app = TableApp()
-    async with app.run_test() as pilot:
-        table = app.query_one(RecordingTable)
-        table.set_columns(COLUMNS)
-        table.sync(rows(BASE))
+    async with base_rows_shown() as (pilot, table):
         table.move_cursor(row=2, animate=False)
         await pilot.pause()
         table.sync(rows({"a": 1.0, "b": 2.0}))
@@ -176,11 +167,7 @@ async def test_removed_cursor_key_leaves_a_valid_cursor() -> None:
 
 
 async def test_set_columns_with_equal_specs_does_nothing() -> None:
-    app = TableApp()
-    async with app.run_test() as pilot:
-        table = app.query_one(RecordingTable)
-        table.set_columns(COLUMNS)
-        table.sync(rows(BASE))
+    async with base_rows_shown() as (pilot, table):
         table.move_cursor(row=2, animate=False)
         await pilot.pause()
         table.set_columns([ColumnSpec("host", "Host", 10), ColumnSpec("util", "Util", 6)])
@@ -193,11 +180,7 @@ async def test_set_columns_with_equal_specs_does_nothing() -> None:
 
 
 async def test_set_columns_with_new_specs_replaces_columns_and_rows() -> None:
-    app = TableApp()
-    async with app.run_test() as pilot:
-        table = app.query_one(RecordingTable)
-        table.set_columns(COLUMNS)
-        table.sync(rows(BASE))
+    async with base_rows_shown() as (pilot, table):
         table.set_columns((*COLUMNS, ColumnSpec("temp", "Temp", 5)))
         await pilot.pause()
         assert table.row_count == 0
