@@ -43,7 +43,11 @@ def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
 
 
 class Prometheus:
-    """One Prometheus server scraping ``targets`` (host:port) every ``interval`` seconds."""
+    """One Prometheus server scraping ``targets`` (host:port) every ``interval`` seconds.
+
+    Each scrape may take the whole interval: a scrape that times out marks every series of its
+    target stale at once, so a slow exporter would make readings vanish between two scrapes.
+    """
 
     def __init__(
         self,
@@ -64,6 +68,7 @@ class Prometheus:
                 {
                     "global": {
                         "scrape_interval": f"{interval:g}s",
+                        "scrape_timeout": f"{interval:g}s",
                         "evaluation_interval": f"{interval:g}s",
                     },
                     "rule_files": [str(path) for path in rule_files],
