@@ -173,13 +173,38 @@ LADDER = {
 }
 
 
+def _tried(report: MemoryReport) -> list[str]:
+    return [t.fixes.name for t in report.trials if t.fixes.batch_size is None]
+
+
 def test_when_nothing_fits_fixes_are_combined_until_one_does() -> None:
     report = _doctor_choice(LADDER, 2_430.0)
-    tried = [t.fixes.name for t in report.trials if t.fixes.batch_size is None]
-    assert tried[-3:] == list(LADDER)[-3:]  # each rung once, in order, up to the first fit
-    assert report.recommended.fixes.name == list(LADDER)[-1]
+    # each rung once, in order, up to the first fit; then that set less each earlier addition
+    assert _tried(report)[-5:] == [
+        *list(LADDER)[-3:],
+        "bf16+checkpoint+compress-fp8+expandable",
+        "bf16+checkpoint+compress-fp8+optimizer-in-backward",
+    ]
+    assert report.recommended.fixes.name == list(LADDER)[-1]  # neither leaner set fits
     # a looser target stops the climb at the first rung that fits
     report = _doctor_choice(LADDER, 2_850.0)
-    tried = [t.fixes.name for t in report.trials if t.fixes.batch_size is None]
-    assert tried[-1] == "bf16+checkpoint+expandable+optimizer-in-backward"
-    assert report.recommended.fixes.name == tried[-1]
+    assert _tried(report)[-2:] == [
+        "bf16+checkpoint+expandable+optimizer-in-backward",
+        "bf16+checkpoint+optimizer-in-backward",
+    ]
+    assert report.recommended.fixes.name == "bf16+checkpoint+expandable+optimizer-in-backward"
+
+
+def test_a_fix_the_fitting_set_does_not_need_is_left_out() -> None:
+    """fp8 compression saves enough without the step in backward, which costs throughput."""
+    measured = {
+        **LADDER,
+        "bf16+checkpoint+compress-fp8+expandable": (2_420.0, 600.0, 10.466),
+        "bf16+checkpoint+compress-fp8+optimizer-in-backward": (2_600.0, 540.0, 10.466),
+    }
+    report = _doctor_choice(measured, 2_430.0)
+    assert report.recommended.fixes.name == "bf16+checkpoint+compress-fp8+expandable"
+    # leaner but no faster (within SAME_SPEED): the set with fewer fixes still wins
+    measured["bf16+checkpoint+compress-fp8+expandable"] = (2_420.0, 557.0, 10.466)
+    report = _doctor_choice(measured, 2_430.0)
+    assert report.recommended.fixes.name == "bf16+checkpoint+compress-fp8+expandable"

@@ -18,6 +18,7 @@ from gpuconsole.actions.memory.trials import (
     default_target_mib,
     first_trials,
     fits,
+    leaner,
     next_batch,
     recommend,
     trial_from_summary,
@@ -169,7 +170,8 @@ async def _choose(
     report: MemoryReport, request: DoctorRequest, trial: Callable[..., Any], allocator: bool
 ) -> None:
     """The checkpoint interval for the target; when nothing tried fits, checkpointing with more
-    fixes added one at a time (`combinations`); the recommendation; the largest batch."""
+    fixes added one at a time (`combinations`) up to the first set that fits, and that set less
+    each fix it may not need (`leaner`); the recommendation; the largest batch."""
     target = _target_mib(request, report.trials)
     report.target_mib = target
     if target is None:
@@ -190,6 +192,9 @@ async def _choose(
         for fixes in combinations(every.fixes, allocator):
             done = _find(report.trials, fixes) or await trial(fixes)
             if fits(done, target):
+                for lean in leaner(fixes, every.fixes):
+                    if _find(report.trials, lean) is None:
+                        await trial(lean)
                 break
         report.recommended = recommend(report.trials, target)
     base = report.recommended or _smallest(report.trials)

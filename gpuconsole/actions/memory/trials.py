@@ -205,6 +205,19 @@ def combinations(base: Fixes, allocator: bool) -> list[Fixes]:
     return [*ladder, replace(current, compress="bf16"), replace(current, compress="fp8")]
 
 
+def leaner(fitting: Fixes, base: Fixes) -> list[Fixes]:
+    """``fitting`` less one of the fixes the climb added above ``base`` before its last rung:
+    the step in backward, then expandable segments. A later rung may save enough on its own
+    (fp8 compression more than the step in backward), and each added fix costs throughput, so
+    the doctor tries these too before it recommends."""
+    sets = []
+    if fitting.optimizer_in_backward and not base.optimizer_in_backward:
+        sets.append(replace(fitting, optimizer_in_backward=False))
+    if fitting.expandable and not base.expandable:
+        sets.append(replace(fitting, expandable=False))
+    return sets
+
+
 def default_target_mib(trials: Sequence[Trial]) -> float | None:
     """The card's memory less the guide's reserve; None without a card (no CUDA)."""
     card = next((t.device_memory_mib for t in trials if t.device_memory_mib), None)
