@@ -34,6 +34,7 @@ FLAG_SETS = (
     (),
     CHECKPOINT,
     (*CHECKPOINT, "--optimizer-in-backward"),
+    (*CHECKPOINT, "--compress-activations", "fp8"),
     (*CHECKPOINT, "--optimizer-in-backward", "--compress-activations", "fp8"),
 )
 
