@@ -66,6 +66,19 @@ def test_saved_activations_are_counted_and_narrowed(harness: ModuleType) -> None
     assert _saved_peak(harness, "fp8", rows=8)[0] == small
 
 
+def test_autocasts_copies_of_weights_are_counted_not_narrowed(harness: ModuleType) -> None:
+    """Under autocast a Linear saves bf16 copies of its input and, where that input needs a
+    gradient, of its weight: compression narrows the inputs (activations) and keeps the
+    weight's copy as it is."""
+    torch.manual_seed(0)
+    first, second = (torch.nn.Linear(256, 256, bias=False) for _ in range(2))
+    saved = harness.SavedActivations("fp8")
+    with saved, torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = second(first(torch.randn(1024, 256))).float().sum()  # .float, .sum save nothing
+    loss.backward()
+    assert saved.peak_bytes == 2 * 1024 * 256 * 1 + 256 * 256 * 2
+
+
 def test_every_kth_block_is_checkpointed(harness: ModuleType) -> None:
     model = _mlp(depth=6)
     linears = [(model, index) for index in range(0, len(model), 2)]  # six blocks

@@ -299,7 +299,8 @@ class SavedActivations(torch.autograd.graph.saved_tensors_hooks):
     (bf16, or fp8 with a per-tensor scale), and counts the bytes held, live, and their peak.
 
     Parameters and views of them are left alone and not counted (autograd saves a reference, not
-    a copy); small or non-float tensors are kept as they are. Inside a checkpointed block the
+    a copy); autocast's copies of them are counted but not narrowed; small or non-float tensors
+    are kept as they are. Inside a checkpointed block the
     checkpoint's own hooks apply instead: what it recomputes is not saved, so it is neither
     compressed nor counted."""
 
@@ -316,7 +317,7 @@ class SavedActivations(torch.autograd.graph.saved_tensors_hooks):
             and tensor.is_floating_point()
             and tensor.element_size() > self.dtype.itemsize
             and tensor.numel() >= COMPRESS_MIN_ELEMENTS
-            and not _is_parameter(tensor)
+            and not _is_weight(tensor)
         )
         if not narrow:
             return _Held(self, tensor, tensor, None, None)
@@ -356,6 +357,20 @@ def _is_parameter(tensor: torch.Tensor) -> bool:
     """A parameter or a view of one (Linear saves its weight transposed)."""
     base = tensor._base if tensor._base is not None else tensor
     return base.is_leaf and base.requires_grad
+
+
+def _is_weight(tensor: torch.Tensor) -> bool:
+    """A parameter, a view of one, or autocast's lower-precision copy of one: a weight, which
+    compression leaves alone (it narrows activations; a weight rounded to fp8 would skew every
+    gradient computed through it)."""
+    if _is_parameter(tensor):
+        return True
+    base = tensor._base if tensor._base is not None else tensor
+    cast = base.grad_fn
+    if cast is None or type(cast).__name__ != "ToCopyBackward0":
+        return False
+    source = cast.next_functions[0][0]
+    return type(source).__name__ == "AccumulateGrad"  # a copy of a leaf that takes a gradient
 
 
 class _Held:
