@@ -300,9 +300,8 @@ class SavedActivations(torch.autograd.graph.saved_tensors_hooks):
 
     Parameters and views of them are left alone and not counted (autograd saves a reference, not
     a copy); autocast's copies of them are counted but not narrowed; small or non-float tensors
-    are kept as they are. Inside a checkpointed block the
-    checkpoint's own hooks apply instead: what it recomputes is not saved, so it is neither
-    compressed nor counted."""
+    are kept as they are. Inside a checkpointed block the checkpoint's own hooks apply instead:
+    what it recomputes is not saved, so it is neither compressed nor counted."""
 
     def __init__(self, compress: str | None) -> None:
         self.dtype = COMPRESSED_TYPES[compress] if compress else None
