@@ -169,19 +169,18 @@ def first_trials(amp: str) -> list[Fixes]:
     it (compression also under fp32, where it narrows every activation), and checkpointing with
     expandable segments, the combination that later trials build on."""
     mixed = Fixes(precision=amp)
-    trials = [
+    stepped = [replace(mixed, optimizer_in_backward=True)] if steps_in_backward(mixed) else []
+    return [
         Fixes(),
         mixed,
         replace(mixed, checkpoint_every=1),
         Fixes(compress="bf16"),
         replace(mixed, compress="fp8"),
         replace(mixed, expandable=True),
+        *stepped,
         replace(mixed, micro_batches=2),
         replace(mixed, checkpoint_every=1, expandable=True),
     ]
-    if steps_in_backward(mixed):
-        trials.insert(6, replace(mixed, optimizer_in_backward=True))
-    return trials
 
 
 def steps_in_backward(fixes: Fixes) -> bool:
