@@ -69,6 +69,7 @@ RULES: dict[str, str] = {
     "host-down": "the host cannot be reached",
     "host-auth-failed": "SSH authentication to the host failed",
     "host-key-mismatch": "the host's SSH key does not match known_hosts",
+    "bad-value-from-host": "the host sent values no GPU can report; they show as N/A",
 }
 
 
@@ -99,6 +100,8 @@ def evaluate(
         for issue in _gpu_issues(gpu, snapshot, previous, thresholds)
     ]
     findings += _xid_findings(snapshot)
+    if snapshot.bad_values:
+        findings.append(_bad_values(snapshot))
     return sorted(findings, key=lambda f: (-f.severity, -1 if f.gpu is None else f.gpu))
 
 
@@ -168,6 +171,25 @@ def _lost(gpu: GpuState) -> _Issue:
         "gpu-lost",
         f"GPU {gpu.index}{where} stopped answering ({xids.describe(79).meaning})",
         xids.describe(79).action,
+    )
+
+
+def _bad_values(snapshot: HostSnapshot) -> Finding:
+    """A note, never an alarm: an impossible value says the telemetry is broken, not the GPU."""
+    count = snapshot.bad_values
+    notes = "; ".join(snapshot.bad_value_notes)
+    more = (
+        f"; {count - len(snapshot.bad_value_notes)} more"
+        if count > len(snapshot.bad_value_notes)
+        else ""
+    )
+    return Finding(
+        Severity.INFO,
+        "bad-value-from-host",
+        f"{count} value{'s' if count != 1 else ''} from the host shown as N/A: {notes}{more}",
+        f"compare with nvidia-smi -q on {snapshot.host}: values no GPU can report come from a "
+        "broken driver, agent or dump, not from the GPU",
+        host=snapshot.host,
     )
 
 

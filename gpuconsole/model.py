@@ -267,6 +267,10 @@ class HostSnapshot:
     cuda_version: str | None = None
     xid_events: tuple[XidEvent, ...] = ()
     source: str = "sim"
+    bad_values: int = 0
+    """How many values the host sent that no GPU can report (shown as N/A; see `untrusted`)."""
+    bad_value_notes: tuple[str, ...] = ()
+    """What the first few of them were, e.g. ``GPU 0 temperature_c 1e+308 out of range``."""
 
     def gpu(self, index: int) -> GpuState | None:
         return next((g for g in self.gpus if g.index == index), None)

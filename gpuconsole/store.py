@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from gpuconsole import health
 from gpuconsole.model import Finding, GpuState, HostSnapshot, HostState, Severity
+from gpuconsole.untrusted import visible
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,8 @@ class FleetStore:
             if state is None:
                 return False
         before = rec.status
-        rec.status = HostStatus(state, reason, before.last_seen)
+        # The reason quotes what failed: a host's own error text, an SSH server's message.
+        rec.status = HostStatus(state, visible(reason, 500), before.last_seen)
         if rec.status == before:
             return False
         self._evaluate(host, rec)

@@ -20,6 +20,7 @@ from gpuconsole.model import (
     Severity,
     XidEvent,
 )
+from gpuconsole.untrusted import vetted
 
 HOST = "node1"
 
@@ -438,12 +439,12 @@ def every_fault() -> tuple[HostSnapshot, list[HostSnapshot]]:
         healthy(2, temperature_c=86.0, throttle_reasons=("hw-power-brake", "sw-power-cap")),
         healthy(3, throttle_reasons=("hw-slowdown",), ecc=EccCounts(0, 2, 0, 2)),
         healthy(4, remap=RowRemap(pending=True, failure=True), pcie=PcieLink(4, 8, 5, 16)),
-        healthy(5, memory_used_mib=142_000.0),
+        healthy(5, memory_used_mib=142_000.0, fan_pct=-1.0),  # no fan turns backwards
         healthy(6, memory_used_mib=125_000.0),
         healthy(7, utilization_pct=0.0, recovery_action="gpu-reset", persistence_mode=False),
     )
     holder = (GpuProcess(pid=7, gpu=7, used_memory_mib=1_000.0),)
-    now = snap(*gpus, processes=holder, xid_events=(XidEvent(79, 0, 1.0),))
+    now = vetted(snap(*gpus, processes=holder, xid_events=(XidEvent(79, 0, 1.0),)))
     history = [dataclasses.replace(now, time=t) for t in (900.0, 940.0)]
     return now, history
 
@@ -537,3 +538,14 @@ def test_persistence_off_warns_and_unknown_does_not() -> None:
     assert finding.severity is Severity.WARNING
     assert "nvidia-persistenced" in finding.remediation
     assert "persistence-off" not in codes(evaluate(snap(healthy(0, persistence_mode=None))))
+
+
+def test_a_bad_value_is_a_note_never_an_alarm() -> None:
+    reading = vetted(snap(healthy(0, temperature_c=1e308, ecc=EccCounts(volatile_uncorrected=-5))))
+    findings = evaluate(reading)
+    assert codes(findings) == ["bad-value-from-host"]
+    (note,) = findings
+    assert note.severity is Severity.INFO
+    assert note.message.startswith("2 values from the host shown as N/A")
+    assert "temperature_c 1e+308 out of range" in note.message
+    assert "volatile_uncorrected -5 out of range" in note.message

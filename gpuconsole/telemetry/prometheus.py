@@ -43,6 +43,7 @@ from gpuconsole.model import (
 )
 from gpuconsole.prom import dcgm
 from gpuconsole.telemetry import SourceError
+from gpuconsole.untrusted import vetted
 
 _PRESENCE = ("utilization_pct", "temperature_c", "memory_used_mib")
 """A host exists for the source when Prometheus has one of these for it (or, from the console
@@ -189,13 +190,17 @@ class PrometheusSource:
                 )
             raise SourceError(f"{host}: no dcgm-exporter readings in Prometheus at {self.url}")
         identity = self._identity.get(host, {})
-        return HostSnapshot(
-            host=host,
-            time=current.time,
-            gpus=tuple(_gpu(index, gpus[index], identity.get(index, {})) for index in sorted(gpus)),
-            driver_version=_driver(identity),
-            xid_events=_xids(gpus, current.time),
-            source="prometheus",
+        return vetted(
+            HostSnapshot(
+                host=host,
+                time=current.time,
+                gpus=tuple(
+                    _gpu(index, gpus[index], identity.get(index, {})) for index in sorted(gpus)
+                ),
+                driver_version=_driver(identity),
+                xid_events=_xids(gpus, current.time),
+                source="prometheus",
+            )
         )
 
     def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:

@@ -38,14 +38,13 @@ from gpuconsole.telemetry.smi.query import (
 )
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
+from gpuconsole.untrusted import MAX_TEXT_CHARS, vetted, visible
 
 PROTOCOL_VERSION = 1
 AGENT_MARKER = "gpuconsole-agent"
 MODES = ("auto", "nvml", "smi", "sim")
 MAX_LINE_CHARS = 1 << 20
 """The longest line accepted; a longer one is dropped as malformed."""
-MAX_TEXT_CHARS = 4096
-"""Strings kept from a line (names, commands, messages) are cut to this length."""
 DEFAULT_SMI_TIMEOUT_S = 5.0
 
 _AGENT_PATH = Path(__file__).with_name("agent.py")
@@ -284,7 +283,7 @@ class AgentStream:
         except _Malformed as error:
             self.malformed += 1
             excerpt = line.strip()[:_EXCERPT]
-            self.last_malformed = f"{error}: {excerpt!r}"
+            self.last_malformed = visible(f"{error}: {excerpt!r}")
             return None
 
     # --- JSON lines ----------------------------------------------------------------------------
@@ -305,12 +304,12 @@ class AgentStream:
             return self._reading_of(line)
         if kind == "error":
             line.number("time")
-            return AgentError(" ".join(line.required_text("message").split()))
+            return AgentError(visible(" ".join(line.required_text("message").split())))
         if kind == "reply":
             return Reply(
                 line.required_integer("id"),
                 bool(line.flag("ok", required=True)),
-                line.required_text("message"),
+                visible(line.required_text("message")),
             )
         raise _Malformed(f"unknown type {kind!r}")
 
@@ -353,7 +352,7 @@ class AgentStream:
             cuda_version=hello.cuda_version,
             source=f"agent-{hello.mode}",
         )
-        return Reading(snapshot, sent_at)
+        return Reading(vetted(snapshot), sent_at)
 
     # --- the no-python3 fallback: nvidia-smi -lms CSV rows --------------------------------------
 
@@ -379,7 +378,8 @@ class AgentStream:
 
     def _stream_reading(self) -> Reading:
         gpus, self._rows = tuple(self._rows), []
-        return Reading(HostSnapshot(self.host, self._clock(), gpus, source="smi-stream"), None)
+        snapshot = HostSnapshot(self.host, self._clock(), gpus, source="smi-stream")
+        return Reading(vetted(snapshot), None)
 
 
 def _no_constant(name: str) -> None:

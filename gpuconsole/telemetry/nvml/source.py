@@ -33,6 +33,7 @@ from gpuconsole.telemetry.nvml.mapping import (
 )
 from gpuconsole.telemetry.nvml.topology import read_topology
 from gpuconsole.telemetry.nvml.xids import XidWatcher, merge_xids
+from gpuconsole.untrusted import vetted
 
 # --- the source ----------------------------------------------------------------------------------
 
@@ -97,7 +98,7 @@ class NvmlSource:
                 gpus.append(state)
                 processes.extend(on_gpu)
             self._start_watcher()
-            return HostSnapshot(
+            snapshot = HostSnapshot(
                 host=self._host,
                 time=now,
                 gpus=tuple(gpus),
@@ -108,6 +109,7 @@ class NvmlSource:
                 xid_events=self._xid_events(),
                 source="nvml",
             )
+            return vetted(snapshot)
 
     def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
         return []

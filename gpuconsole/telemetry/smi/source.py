@@ -15,6 +15,7 @@ from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.smi.dump import parse_xml
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
+from gpuconsole.untrusted import vetted
 
 # --- the source ----------------------------------------------------------------------------------
 
@@ -118,7 +119,7 @@ class SmiSource:
             raise SourceError(
                 f"{self._host}: unreadable nvidia-smi -q -x output: {error}"
             ) from None
-        return replace(snapshot, topology=self._read_topology())
+        return vetted(replace(snapshot, topology=self._read_topology()))
 
     def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
         return []

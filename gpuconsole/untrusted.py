@@ -1,0 +1,425 @@
+"""The boundary where data from outside becomes the model.
+
+Whoever has a shell on a watched GPU node chooses its process names and command lines; a dump or a
+recording a ticket brings may have been written by anyone. So every `HostSnapshot` a source builds
+from such data passes `vetted` before anything shows, stores or judges it:
+
+- text is made visible: control characters (C0, DEL, C1) and the bidirectional overrides become
+  printable stand-ins (``\\x1b`` shows as ``␛``, a newline as ``␊``, ``\\x9b`` as ``\\x9b``), so an
+  escape sequence or a forged line can never reach a terminal as one; and it is cut to a bound;
+- numbers are range-checked: a value no GPU can report (negative memory, ECC −5, 10³⁰⁸ °C, a GPU
+  index of 10¹⁸, a field of the wrong type) becomes ``None`` — shown as N/A, never a finding — and
+  is counted in the snapshot's ``bad_values`` with a short note of what it was.
+
+The ranges are wide on purpose: they refuse the impossible, not the unusual (an H200 at 95 °C is a
+finding for the health rules, not a bad value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from gpuconsole.model import (
+    EccCounts,
+    GpuProcess,
+    GpuState,
+    HostSnapshot,
+    MigInstance,
+    PcieLink,
+    RowRemap,
+    Topology,
+    XidEvent,
+)
+
+MAX_TEXT_CHARS = 4096
+"""Strings from outside (names, command lines, messages) are cut to this many characters."""
+MAX_GPUS = 1024
+"""GPU indices run 0 … MAX_GPUS - 1; a host reporting more GPUs keeps the first MAX_GPUS."""
+MAX_PROCESSES = 4096
+"""Processes kept per reading; the rest are counted as left out."""
+MAX_TOPOLOGY_GPUS = 32
+"""The largest topology matrix accepted: best-set search is combinatorial in its size."""
+MAX_NOTES = 5
+"""How many bad values a snapshot describes; all of them are counted."""
+
+_MEMORY_MIB = (0.0, float(1 << 24))  # 16 TiB: far above any GPU's memory
+_PCT = (0.0, 100.0)
+_CLOCK_MHZ = (0.0, 20_000.0)
+_POWER_W = (0.0, 10_000.0)
+_TEMPERATURE_C = (-50.0, 200.0)
+_COUNT = (0, 1 << 48)  # ECC counters are 64-bit; a real one never nears 2**48
+_INDEX = (0, MAX_GPUS - 1)
+
+# Numeric fields of each model class: the range a real reading falls in, and whether it must be a
+# whole number. NVML documents that fan speed "may exceed 100%" (nvmlDeviceGetFanSpeed).
+_GPU_NUMBERS: dict[str, tuple[tuple[float, float], bool]] = {
+    "utilization_pct": (_PCT, False),
+    "memory_utilization_pct": (_PCT, False),
+    "memory_used_mib": (_MEMORY_MIB, False),
+    "memory_total_mib": (_MEMORY_MIB, False),
+    "temperature_c": (_TEMPERATURE_C, False),
+    "slowdown_temperature_c": (_TEMPERATURE_C, False),
+    "power_w": (_POWER_W, False),
+    "power_limit_w": (_POWER_W, False),
+    "sm_clock_mhz": (_CLOCK_MHZ, False),
+    "sm_clock_max_mhz": (_CLOCK_MHZ, False),
+    "memory_clock_mhz": (_CLOCK_MHZ, False),
+    "memory_clock_max_mhz": (_CLOCK_MHZ, False),
+    "fan_pct": ((0.0, 200.0), False),
+}
+_GPU_TEXTS = ("name", "uuid", "pci_bus_id", "pstate", "recovery_action", "compute_mode")
+_GPU_FLAGS = ("persistence_mode", "mig_mode")
+_ECC_NUMBERS = {f.name: (_COUNT, True) for f in dataclasses.fields(EccCounts)}
+_REMAP_NUMBERS = {"correctable": ((0, 1 << 20), True), "uncorrectable": ((0, 1 << 20), True)}
+_PCIE_NUMBERS = {
+    "gen": ((1, 8), True),
+    "max_gen": ((1, 8), True),
+    "width": ((1, 32), True),
+    "max_width": ((1, 32), True),
+}
+_MIG_NUMBERS = {
+    "compute_instance_id": (_INDEX, True),
+    "memory_total_mib": (_MEMORY_MIB, False),
+    "memory_used_mib": (_MEMORY_MIB, False),
+}
+_TIME = (0.0, float(1 << 34))  # seconds since the epoch: 1970 … the year 2514
+_PID = (1, (1 << 32) - 1)  # Linux's pid_max is at most 2**22; Windows pids are 32-bit
+
+# C0 controls, DEL, C1 controls, the line and paragraph separators and the bidirectional
+# formatting characters (the "Trojan Source" overrides, CVE-2021-42574).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def stand_in(match: re.Match[str]) -> str:
+    """The visible stand-in of one unsafe character (a regex match of it)."""
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)  # Unicode's Control Pictures: ␀ … ␟ (␛ for ESC, ␊ for LF)
+    if code == 0x7F:
+        return "\u2421"  # ␡
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def visible(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` with every control and bidirectional-override character made visible, cut to
+    ``limit`` characters (an ellipsis marks the cut)."""
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return _UNSAFE.sub(stand_in, text) if _UNSAFE.search(text) else text
+
+
+def shown(value: object) -> str:
+    """A value from outside as a bad-value note quotes it: short, and safe to print."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**12:
+        return f"a {len(str(abs(value)))}-digit number"
+    return visible(repr(value), 40)
+
+
+class _Vetting:
+    """One snapshot's checks: each rejected value is counted and the first few described."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.notes: list[str] = []
+
+    def bad(self, where: str, value: object, what: str = "out of range") -> None:
+        self.count += 1
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append(f"{where} {shown(value)} {what}")
+
+    def text(self, where: str, value: object, limit: int = MAX_TEXT_CHARS) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self.bad(where, value, "is not text")
+            return None
+        return visible(value, limit)
+
+    def number(self, where: str, value: object, bounds: tuple[float, float], whole: bool) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.bad(where, value, "is not a number")
+            return None
+        if whole and isinstance(value, float):
+            if not value.is_integer():
+                self.bad(where, value, "is not a whole number")
+                return None
+            value = int(value)
+        low, high = bounds
+        if not (math.isfinite(value) and low <= value <= high):
+            self.bad(where, value)
+            return None
+        return value
+
+    def flag(self, where: str, value: object) -> bool | None:
+        if value is None or isinstance(value, bool):
+            return value
+        self.bad(where, value, "is not true or false")
+        return None
+
+    def fields(
+        self, obj: Any, where: str, numbers: dict[str, tuple[tuple[float, float], bool]]
+    ) -> dict[str, Any]:
+        """The changed numeric fields of ``obj`` (a model dataclass), empty when all pass."""
+        changes = {}
+        for name, (bounds, whole) in numbers.items():
+            value = getattr(obj, name)
+            checked = self.number(f"{where} {name}", value, bounds, whole)
+            if checked is not value:
+                changes[name] = checked
+        return changes
+
+    def texts(self, obj: Any, where: str, names: tuple[str, ...]) -> dict[str, Any]:
+        changes = {}
+        for name in names:
+            value = getattr(obj, name)
+            checked = self.text(f"{where} {name}", value)
+            if checked is not value:
+                changes[name] = checked
+        return changes
+
+    def part(
+        self,
+        obj: Any,
+        kind: type,
+        where: str,
+        check: Callable[[Any, str], dict[str, Any]],
+    ) -> Any:
+        """A nested reading (ECC counts, a PCIe link...): itself, a checked copy, or None."""
+        if obj is None:
+            return None
+        if not isinstance(obj, kind):
+            self.bad(where, obj, "is not a reading")
+            return None
+        changes = check(obj, where)
+        return dataclasses.replace(obj, **changes) if changes else obj
+
+
+def vetted(snapshot: HostSnapshot) -> HostSnapshot:
+    """``snapshot`` with its text made visible and its impossible values N/A, counted.
+
+    Returns ``snapshot`` itself when everything passes, so a clean reading costs no copy.
+    """
+    vet = _Vetting()
+    changes: dict[str, Any] = {}
+    _text_fields(vet, snapshot, changes)
+    if not (isinstance(snapshot.time, int | float) and _TIME[0] <= snapshot.time <= _TIME[1]):
+        # A reading needs a time; one that has none usable is taken as not at all readable.
+        raise ValueError(f"{visible(str(snapshot.host), 80)}: reading time {shown(snapshot.time)}")
+    gpus = _gpus(vet, snapshot.gpus)
+    if gpus is not None:
+        changes["gpus"] = gpus
+    processes = _processes(vet, snapshot.processes)
+    if processes is not None:
+        changes["processes"] = processes
+    topology = _topology(vet, snapshot.topology)
+    if topology is not snapshot.topology:
+        changes["topology"] = topology
+    xid_events = _xids(vet, snapshot.xid_events)
+    if xid_events is not None:
+        changes["xid_events"] = xid_events
+    if vet.count:
+        changes["bad_values"] = snapshot.bad_values + vet.count
+        changes["bad_value_notes"] = (snapshot.bad_value_notes + tuple(vet.notes))[:MAX_NOTES]
+    return dataclasses.replace(snapshot, **changes) if changes else snapshot
+
+
+def _text_fields(vet: _Vetting, snapshot: HostSnapshot, changes: dict[str, Any]) -> None:
+    host = vet.text("host name", snapshot.host, 255)
+    if host != snapshot.host:
+        changes["host"] = host or "?"
+    for name in ("driver_version", "cuda_version"):
+        value = getattr(snapshot, name)
+        checked = vet.text(name, value, 64)
+        if checked is not value:
+            changes[name] = checked
+    source = vet.text("source", snapshot.source, 64)
+    if source != snapshot.source:
+        changes["source"] = source or "?"
+
+
+def _gpus(vet: _Vetting, gpus: tuple[GpuState, ...]) -> tuple[GpuState, ...] | None:
+    """The checked GPUs, or None when every one passed as it was."""
+    kept: list[GpuState] = []
+    seen: set[int] = set()
+    changed = False
+    for gpu in gpus:
+        index = vet.number("GPU index", getattr(gpu, "index", None), _INDEX, True)
+        if not isinstance(gpu, GpuState) or index is None or index in seen:
+            if isinstance(gpu, GpuState) and index in seen:
+                vet.bad("GPU index", index, "repeated")
+            changed = True  # a GPU with no usable index cannot be shown: left out, counted
+            continue
+        if len(kept) == MAX_GPUS:
+            vet.bad("GPUs", len(gpus), f"reported (kept {MAX_GPUS})")
+            changed = True
+            break
+        seen.add(index)
+        checked = _gpu(vet, gpu)
+        changed = changed or checked is not gpu
+        kept.append(checked)
+    return tuple(kept) if changed else None
+
+
+def _gpu(vet: _Vetting, gpu: GpuState) -> GpuState:
+    where = f"GPU {gpu.index}"
+    changes = vet.fields(gpu, where, _GPU_NUMBERS)
+    changes.update(vet.texts(gpu, where, _GPU_TEXTS))
+    for name in _GPU_FLAGS:
+        value = getattr(gpu, name)
+        if vet.flag(f"{where} {name}", value) is not value:
+            changes[name] = None
+    if not isinstance(gpu.lost, bool):
+        vet.bad(f"{where} lost", gpu.lost, "is not true or false")
+        changes["lost"] = bool(gpu.lost)
+    used = changes.get("memory_used_mib", gpu.memory_used_mib)
+    total = changes.get("memory_total_mib", gpu.memory_total_mib)
+    if used is not None and total is not None and used > total * 1.01 + 1:
+        vet.bad(f"{where} memory_used_mib", used, f"above the total {total:.0f} MiB")
+        changes["memory_used_mib"] = None
+    reasons = _reasons(vet, where, gpu.throttle_reasons)
+    if reasons is not gpu.throttle_reasons:
+        changes["throttle_reasons"] = reasons
+    for name, kind, numbers in (
+        ("ecc", EccCounts, _ECC_NUMBERS),
+        ("remap", RowRemap, _REMAP_NUMBERS),
+        ("pcie", PcieLink, _PCIE_NUMBERS),
+    ):
+        value = getattr(gpu, name)
+        checked = vet.part(value, kind, f"{where} {name}", _nested(vet, numbers))
+        if checked is not value:
+            changes[name] = checked
+    instances = _mig(vet, where, gpu.mig_instances)
+    if instances is not None:
+        changes["mig_instances"] = instances
+    return dataclasses.replace(gpu, **changes) if changes else gpu
+
+
+def _nested(
+    vet: _Vetting, numbers: dict[str, tuple[tuple[float, float], bool]]
+) -> Callable[[Any, str], dict[str, Any]]:
+    def check(obj: Any, where: str) -> dict[str, Any]:
+        changes = vet.fields(obj, where, numbers)
+        for field in dataclasses.fields(obj):
+            if field.name not in numbers:  # RowRemap's pending and failure flags
+                value = getattr(obj, field.name)
+                if vet.flag(f"{where} {field.name}", value) is not value:
+                    changes[field.name] = None
+        return changes
+
+    return check
+
+
+def _reasons(vet: _Vetting, where: str, reasons: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    if reasons is None:
+        return None
+    if not isinstance(reasons, tuple):
+        vet.bad(f"{where} throttle_reasons", reasons, "is not a list")
+        return None
+    checked = tuple(vet.text(f"{where} throttle reason", r, 64) or "?" for r in reasons[:32])
+    return reasons if checked == reasons else checked
+
+
+def _mig(
+    vet: _Vetting, where: str, instances: tuple[MigInstance, ...]
+) -> tuple[MigInstance, ...] | None:
+    kept, changed = [], False
+    for instance in instances[:MAX_GPUS]:
+        gi = vet.number(
+            f"{where} MIG instance id", getattr(instance, "gpu_instance_id", None), _INDEX, True
+        )
+        if not isinstance(instance, MigInstance) or gi is None:
+            changed = True
+            continue
+        changes = vet.fields(instance, f"{where} MIG {gi}", _MIG_NUMBERS)
+        changes.update(vet.texts(instance, f"{where} MIG {gi}", ("profile", "uuid")))
+        kept.append(dataclasses.replace(instance, **changes) if changes else instance)
+        changed = changed or bool(changes)
+    changed = changed or len(instances) > MAX_GPUS
+    return tuple(kept) if changed else None
+
+
+def _processes(vet: _Vetting, processes: tuple[GpuProcess, ...]) -> tuple[GpuProcess, ...] | None:
+    kept, changed = [], False
+    for process in processes:
+        if len(kept) == MAX_PROCESSES:
+            vet.bad("processes", len(processes), f"reported (kept {MAX_PROCESSES})")
+            changed = True
+            break
+        checked = _process(vet, process)
+        changed = changed or checked is not process
+        if checked is not None:
+            kept.append(checked)
+    return tuple(kept) if changed else None
+
+
+def _process(vet: _Vetting, process: GpuProcess) -> GpuProcess | None:
+    if not isinstance(process, GpuProcess):
+        vet.bad("a process", process, "is not a process")
+        return None
+    pid = vet.number("process pid", process.pid, _PID, True)
+    gpu = vet.number(f"process {pid} GPU", process.gpu, _INDEX, True)
+    if pid is None or gpu is None:
+        return None  # a process that cannot be told apart or placed is left out, counted
+    where = f"process {pid}"
+    changes = vet.fields(
+        process,
+        where,
+        {"used_memory_mib": (_MEMORY_MIB, False), "mig_instance": (_INDEX, True)},
+    )
+    changes.update(vet.texts(process, where, ("user", "command", "container")))
+    kind = vet.text(f"{where} kind", process.kind, 32)
+    if kind != process.kind:
+        changes["kind"] = kind or "compute"
+    if pid != process.pid or gpu != process.gpu:  # whole floats from a recording become ints
+        changes.update(pid=pid, gpu=gpu)
+    return dataclasses.replace(process, **changes) if changes else process
+
+
+def _topology(vet: _Vetting, topology: Topology | None) -> Topology | None:
+    if topology is None:
+        return None
+    matrix = getattr(topology, "matrix", None)
+    size = len(matrix) if isinstance(matrix, tuple) else -1
+    if (
+        not isinstance(topology, Topology)
+        or not 0 <= size <= MAX_TOPOLOGY_GPUS
+        or not all(isinstance(row, tuple) and len(row) == size for row in matrix)
+    ):
+        vet.bad("topology", f"{max(size, 0)} rows", "is not a square matrix of at most 32 GPUs")
+        return None
+    cells = tuple(tuple(vet.text("topology cell", c, 16) or "?" for c in row) for row in matrix)
+    cpus = tuple(vet.text("topology CPU affinity", c, 256) for c in topology.cpu_affinity[:size])
+    numa = tuple(
+        vet.number("topology NUMA node", n, (0, 1 << 16), True)
+        for n in topology.numa_affinity[:size]
+    )
+    if (cells, cpus, numa) == (matrix, topology.cpu_affinity, topology.numa_affinity):
+        return topology
+    return Topology(cells, cpus, numa)
+
+
+def _xids(vet: _Vetting, events: tuple[XidEvent, ...]) -> tuple[XidEvent, ...] | None:
+    kept, changed = [], False
+    for event in events[:MAX_PROCESSES]:
+        if not isinstance(event, XidEvent):
+            vet.bad("an XID event", event, "is not an event")
+            changed = True
+            continue
+        xid = vet.number("XID", event.xid, (0, 1 << 16), True)
+        gpu = vet.number(f"XID {xid} GPU", event.gpu, _INDEX, True)
+        time = vet.number(f"XID {xid} time", event.time, _TIME, False)
+        if xid is None or time is None or (event.gpu is not None and gpu is None):
+            changed = True
+            continue
+        message = vet.text(f"XID {xid} message", event.message) or ""
+        checked = XidEvent(xid, gpu, time, message)
+        changed = changed or checked != event
+        kept.append(checked if checked != event else event)
+    changed = changed or len(events) > MAX_PROCESSES
+    return tuple(kept) if changed else None
