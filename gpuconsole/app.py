@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from textual.app import App
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.processes import ProcessSignals
@@ -23,6 +24,7 @@ from gpuconsole.screens.fleet import FleetScreen
 from gpuconsole.screens.help import HelpScreen
 from gpuconsole.store import FleetStore
 from gpuconsole.telemetry import Source
+from gpuconsole.terminal.strips import guard_strips
 from gpuconsole.themes import DEFAULT_THEME, THEMES
 from gpuconsole.widgets.cells import Palette
 
@@ -90,6 +92,7 @@ class GpuConsoleApp(App[None]):
         alert_rules: Sequence[AlertRule] | None = None,
         recorder: Recorder | None = None,
     ) -> None:
+        guard_strips()
         super().__init__()
         self.source = source
         self.timeline = Timeline(recorder)
@@ -128,6 +131,19 @@ class GpuConsoleApp(App[None]):
         from gpuconsole.terminal import console_driver
 
         return console_driver(super().get_driver_class())
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Notifications quote host names and hosts' errors: their text is never markup (a
+        ``[@click=...]`` in a process name must not become an action)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def on_mount(self) -> None:
         if not self.background_start:

@@ -39,7 +39,7 @@ from textual.geometry import Size
 
 from gpuconsole.app import GpuConsoleApp
 from gpuconsole.terminal import PLAIN_OUTPUT_ENV, console_driver
-from gpuconsole.terminal.diff import SYNC_END, SYNC_START, ScreenDiff
+from gpuconsole.terminal.diff import MAX_SEQUENCE_CHARS, SYNC_END, SYNC_START, ScreenDiff
 from gpuconsole.terminal.driver import DiffDriver
 from gpuconsole.terminal.sgr import PLAIN, Pen, apply_sgr, sgr_change
 
@@ -302,12 +302,48 @@ def test_what_it_does_not_follow_passes_through_unchanged() -> None:
     pair = Pair(20, 4)
     modes = (
         "\x1b[?1000h\x1b[?1003h\x1b[?1015h\x1b[?1006h\x1b[?25l\x1b[?1004h\x1b[>11u"
-        "\x1b[?2026$p\x1b[?2048$p\x1b[?2004h\x1b[?7l\x1b]0;gpuconsole\x07\x1b]52;c;aGk=\x07"
+        "\x1b[?2026$p\x1b[?2048$p\x1b[?2004h\x1b[?7l\x1b]52;c;aGk=\x07"
         "\x1b]22;pointer\x07\x07\x1b[2 q"
     )
     assert pair.write(modes) == modes
     pair.write(frame(table(LINES)))
     assert pair.write("\x1b[<u\x1b[?25h") == "\x1b[<u\x1b[?25h"
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        "\x1b]0;owned\x07",  # window title
+        "\x1b]2;owned\x1b\\",
+        "\x1b]4;1;rgb:ff/00/00\x07",  # palette
+        "\x1b]9;notify\x07",
+        "\x1b]1337;File=inline=1:AAAA\x07",
+        "\x1bPq#0;2;0;0;0#0~~\x1b\\",  # sixel (DCS)
+        "\x1b_Gf=100;AAAA\x1b\\",  # kitty graphics (APC)
+        "\x1b^private\x1b\\",
+        "\x1bXstring\x1b\\",
+        "\x9b2J",  # 8-bit CSI
+        "\x9d0;owned\x9c",  # 8-bit OSC
+    ],
+)
+@pytest.mark.parametrize("bypassed", [False, True])
+def test_foreign_sequences_never_reach_the_terminal(foreign: str, bypassed: bool) -> None:
+    pair = Pair(20, 4)
+    pair.write(frame(table(LINES)))
+    if bypassed:  # insert mode: everything else passes through as it came
+        pair.write("\x1b[4h")
+    out = pair.write(at(1, 0) + "a" + foreign + "b", check=False)  # pyte draws what we drop
+    assert foreign not in out and "a" in out and "b" in out
+    assert not any(c in out for c in "\x9b\x9c\x9d")
+    assert all(s not in out for s in ("\x1b]0;", "\x1b]2;", "\x1b]4;", "\x1b]9;", "\x1bP", "\x1b_"))
+
+
+def test_an_unfinished_sequence_is_dropped_past_its_bound() -> None:
+    pair = Pair(20, 4)
+    pair.write(frame(table(LINES)))
+    pair.write("\x1b]0;" + "x" * (MAX_SEQUENCE_CHARS + 1), check=False)
+    out = pair.write(at(0, 0) + "after", check=False)
+    assert "after" in printed(out)
 
 
 def test_hyperlinks() -> None:

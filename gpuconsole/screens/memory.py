@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -100,7 +101,9 @@ class MemoryScreen(ConsoleScreen):
 
     def _add_trial(self, trial: Trial) -> None:
         self.report.trials.append(trial)
-        self.query_one("#memory-trials", DataTable).add_row(*trial_cells(trial, self.report))
+        self.query_one("#memory-trials", DataTable).add_row(
+            *map(Text, trial_cells(trial, self.report))
+        )
 
     def _done(self, report: MemoryReport) -> None:
         self.finished = report
@@ -108,7 +111,7 @@ class MemoryScreen(ConsoleScreen):
         table.clear()
         self.report = report
         for trial in report.trials:
-            table.add_row(*trial_cells(trial, self.report))
+            table.add_row(*map(Text, trial_cells(trial, self.report)))
         summary = report_text(report).split("\n\n", 1)[-1]
         self.query_one("#memory-result", Static).update(summary)
         ready = "a launches the recipe with it" if report.recommended else "nothing to apply"

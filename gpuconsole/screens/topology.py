@@ -36,7 +36,7 @@ def matrix_table(topology: Topology, palette: Palette) -> Table:
         table.add_row(
             Text(f"GPU{a}", style="bold"),
             *(Text(link, style=link_style(link, palette)) for link in row),
-            cpu or Text("N/A", style="dim"),
+            Text(cpu) if cpu else Text("N/A", style="dim"),
             Text("N/A", style="dim") if numa is None else str(numa),
         )
     return table

@@ -49,6 +49,13 @@ _SCREEN_MODES = frozenset({47, 1047, 1048, 1049})
 # Relative and one-coordinate cursor movements (CSI n A ... CSI n e).
 _MOVES = frozenset("ABCDEFG`ade")
 _DIGITS = re.compile(r"\d*")
+# The operating-system commands Textual itself writes: hyperlinks (8), the pointer's shape (22)
+# and the clipboard (52, only on `App.copy_to_clipboard`). Any other OSC, every DCS, APC, PM and
+# SOS string and every 8-bit control is dropped: none is the console's, so none reaches the
+# terminal, whatever a watched host managed to put on the screen.
+_OWN_OSC = frozenset({"8", "22", "52"})
+MAX_SEQUENCE_CHARS = 1 << 16
+"""An escape sequence still unfinished after this many characters is dropped."""
 
 
 class ScreenDiff:
@@ -94,7 +101,10 @@ class ScreenDiff:
             data, self._carry = self._carry + data, ""
         for token in scan(data):
             if token.lastgroup == "partial":  # the rest of the sequence comes with the next write
-                self._carry = token.group()
+                # Bounded: a sequence never ended would otherwise hold back the screen for good.
+                self._carry = token.group() if len(token.group()) <= MAX_SEQUENCE_CHARS else ""
+            elif not _own(token):
+                continue
             elif self._bypass:
                 # Everything as it came; the model only follows the pen, the link and the
                 # modes, to know when this ends.
@@ -123,12 +133,8 @@ class ScreenDiff:
             self._osc(token)
         elif kind == "control":
             self._control(token.group())
-        elif kind == "esc":
+        else:  # esc: DCS, APC, PM and SOS strings never get here (see `_own`)
             self._esc(token.group())
-        elif token["kind"] in "P_":  # DCS and APC strings can draw (sixel, kitty graphics)
-            self._opaque(token.group())
-        else:
-            self._emit(token.group())
 
     def resize(self, width: int, height: int) -> None:
         """The terminal changed size: what it shows, and where its cursor is, are unknown."""
@@ -310,7 +316,7 @@ class ScreenDiff:
             self._emit(char)
         elif "\x00" <= char < "\x1b" or "\x1b" < char < "\x20" or char == "\x7f":
             self._emit(char)  # the bell and others that print nothing
-        else:  # an escape that starts nothing valid, or an 8-bit control
+        else:  # an escape that starts nothing valid
             self._opaque(char)
 
     def _line_feed(self, char: str) -> None:
@@ -682,6 +688,17 @@ class ScreenDiff:
                 return None
             texts.append(cell[0])
         return "".join(texts)
+
+
+def _own(token: re.Match[str]) -> bool:
+    """Whether a token may reach the terminal: anything but a foreign OSC, a DCS, APC, PM or SOS
+    string, or an 8-bit control."""
+    kind = token.lastgroup
+    if kind == "osc":
+        return token["body"].partition(";")[0] in _OWN_OSC
+    if kind == "string":
+        return False
+    return not (kind == "control" and token.group() >= "\x80")
 
 
 def _cup(row: int, col: int) -> str:

@@ -25,6 +25,12 @@ def same_cell(a: Text | str, b: Text | str) -> bool:
     return a == b
 
 
+def _literal(cell: Text | str) -> Text:
+    """A cell as it reads: DataTable would take a plain string for markup, and a process name
+    like ``[@click=app.quit]`` must show as those characters, not become an action or a link."""
+    return Text(cell) if isinstance(cell, str) else cell
+
+
 @dataclass(frozen=True, slots=True)
 class ColumnSpec:
     """A column: its key, its header label and a fixed width (None: fit the content)."""
@@ -96,7 +102,7 @@ class KeyedTable(DataTable[Text | str]):
         cells = set()
         for key, column, value in changed:
             cell = (RowKey(key), ColumnKey(column))
-            self._data[cell[0]][cell[1]] = value
+            self._data[cell[0]][cell[1]] = _literal(value)
             cells.add(cell)
         self._forget_renders(cells)
         for key, column, _ in changed:
@@ -128,7 +134,7 @@ class KeyedTable(DataTable[Text | str]):
         self.clear()
         self._shown = {}
         for key, cells in rows:
-            self.add_row(*cells, key=key)
+            self.add_row(*map(_literal, cells), key=key)
             self._shown[key] = cells
         if keep in self._shown:
             self.move_cursor(row=self.get_row_index(keep), animate=False, scroll=True)
