@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import re
 from collections.abc import Callable
 from typing import Any
@@ -107,9 +108,10 @@ def stand_in(match: re.Match[str]) -> str:
 def visible(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     """``text`` with every control and bidirectional-override character made visible, cut to
     ``limit`` characters (an ellipsis marks the cut)."""
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return _UNSAFE.sub(stand_in, text) if _UNSAFE.search(text) else text
+    if len(text) <= limit and not _UNSAFE.search(text):
+        return text
+    text = _UNSAFE.sub(stand_in, text[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def shown(value: object) -> str:
@@ -376,7 +378,7 @@ def _process(vet: _Vetting, process: GpuProcess) -> GpuProcess | None:
     kind = vet.text(f"{where} kind", process.kind, 32)
     if kind != process.kind:
         changes["kind"] = kind or "compute"
-    if pid != process.pid or gpu != process.gpu:  # whole floats from a recording become ints
+    if pid is not process.pid or gpu is not process.gpu:  # a whole float becomes an int
         changes.update(pid=pid, gpu=gpu)
     return dataclasses.replace(process, **changes) if changes else process
 
@@ -399,9 +401,18 @@ def _topology(vet: _Vetting, topology: Topology | None) -> Topology | None:
         vet.number("topology NUMA node", n, (0, 1 << 16), True)
         for n in topology.numa_affinity[:size]
     )
-    if (cells, cpus, numa) == (matrix, topology.cpu_affinity, topology.numa_affinity):
+    if (
+        all(map(_same, cells, matrix))
+        and _same(cpus, topology.cpu_affinity)
+        and _same(numa, topology.numa_affinity)
+    ):
         return topology
     return Topology(cells, cpus, numa)
+
+
+def _same(checked: tuple[Any, ...], original: tuple[Any, ...]) -> bool:
+    """Whether checking kept every item as it was (the very objects: 0.0 became 0 otherwise)."""
+    return len(checked) == len(original) and all(map(operator.is_, checked, original))
 
 
 def _xids(vet: _Vetting, events: tuple[XidEvent, ...]) -> tuple[XidEvent, ...] | None:

@@ -698,6 +698,8 @@ def _own(token: re.Match[str]) -> bool:
         return token["body"].partition(";")[0] in _OWN_OSC
     if kind == "string":
         return False
+    if kind == "esc":  # an introducer whose sequence broke off (CSI, OSC, DCS, APC, PM, SOS)
+        return token.group()[-1] not in "[]P_^X"
     return not (kind == "control" and token.group() >= "\x80")
 
 

@@ -1,0 +1,224 @@
+"""The boundary where readings from outside become the model (`gpuconsole.untrusted`), and the
+guards on what reaches a terminal: properties over every input, and the issue's cases."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+
+from hostile import UNSAFE, unsafe_texts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuconsole.health import evaluate
+from gpuconsole.model import (
+    EccCounts,
+    GpuProcess,
+    GpuState,
+    HostSnapshot,
+    MigInstance,
+    PcieLink,
+    RowRemap,
+    Topology,
+    XidEvent,
+)
+from gpuconsole.terminal.diff import ScreenDiff
+from gpuconsole.terminal.plain import GuardedStream, printable
+from gpuconsole.untrusted import MAX_GPUS, MAX_TEXT_CHARS, vetted, visible
+
+PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Text as a hostile host writes it: escapes, controls, bidi overrides, ordinary letters.
+hostile_text = st.text(
+    alphabet=st.sampled_from(
+        list("\x1b\x07\x9b\x9c\x9d\n\r\t\x00\x7f\u202e\u2066\u2028[]];:\\P_^X0123456789abc ")
+    )
+    | st.characters(),
+    max_size=80,
+)
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    hostile_text,
+)
+
+
+@PROPERTY
+@given(text=hostile_text, limit=st.integers(1, 200))
+def test_visible_text_holds_no_control_and_keeps_its_bound(text: str, limit: int) -> None:
+    shown = visible(text, limit)
+    assert not UNSAFE.search(shown)
+    assert len(shown) <= limit
+    assert visible(shown, len(shown)) == shown  # visible text stays as it is
+
+
+@PROPERTY
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cf", "Zl", "Zp"))))
+def test_ordinary_text_passes_unchanged(text: str) -> None:
+    assert visible(text, len(text) + 1) == text
+
+
+def test_the_stand_ins_say_what_was_there() -> None:
+    assert visible("a\x1b]52;c;QQ==\x07b\nc\x9bd\u202ee") == "a␛]52;c;QQ==␇b␊c\\x9bd\\u202ee"
+    assert visible("x" * 10, 5) == "xxxx…"
+
+
+def gpu_states() -> st.SearchStrategy[GpuState]:
+    """GPUs whose every field may be anything a broken host or a doctored file could send."""
+    fields = {f.name: anything for f in dataclasses.fields(GpuState)}
+    fields["index"] = st.integers(-5, 2000) | st.integers() | anything
+    fields["ecc"] = st.none() | st.builds(EccCounts, *(anything,) * 4) | anything
+    fields["remap"] = st.none() | st.builds(RowRemap, *(anything,) * 4)
+    fields["pcie"] = st.none() | st.builds(PcieLink, *(anything,) * 4)
+    fields["throttle_reasons"] = st.none() | st.tuples(hostile_text) | anything
+    fields["mig_instances"] = st.lists(st.builds(MigInstance, *(anything,) * 6), max_size=2).map(
+        tuple
+    )
+    return st.builds(GpuState, **fields)
+
+
+snapshots = st.builds(
+    HostSnapshot,
+    host=hostile_text,
+    time=st.floats(0, 2e9),
+    gpus=st.lists(gpu_states(), max_size=4).map(tuple),
+    processes=st.lists(st.builds(GpuProcess, *(anything,) * 8), max_size=4).map(tuple),
+    topology=st.none()
+    | st.builds(
+        Topology,
+        st.lists(st.lists(hostile_text, max_size=3).map(tuple), max_size=3).map(tuple),
+        st.lists(anything, max_size=3).map(tuple),
+        st.lists(anything, max_size=3).map(tuple),
+    ),
+    driver_version=anything,
+    cuda_version=anything,
+    xid_events=st.lists(st.builds(XidEvent, *(anything,) * 4), max_size=3).map(tuple),
+    source=hostile_text,
+)
+
+NUMBER_RANGES = {
+    "utilization_pct": (0, 100),
+    "memory_used_mib": (0, 1 << 24),
+    "memory_total_mib": (0, 1 << 24),
+    "temperature_c": (-50, 200),
+    "power_w": (0, 10_000),
+    "sm_clock_mhz": (0, 20_000),
+}
+
+
+@PROPERTY
+@given(snapshot=snapshots)
+def test_a_vetted_reading_holds_only_visible_text_and_possible_values(
+    snapshot: HostSnapshot,
+) -> None:
+    clean = vetted(snapshot)
+    assert unsafe_texts(clean) == []
+    indices = [g.index for g in clean.gpus]
+    assert len(set(indices)) == len(indices) and all(0 <= i < MAX_GPUS for i in indices)
+    for gpu in clean.gpus:
+        for name, (low, high) in NUMBER_RANGES.items():
+            value = getattr(gpu, name)
+            assert value is None or (
+                not isinstance(value, bool) and math.isfinite(value) and low <= value <= high
+            ), (name, value)
+        if gpu.ecc is not None:
+            counts = dataclasses.astuple(gpu.ecc)
+            assert all(c is None or (type(c) is int and c >= 0) for c in counts)
+    for process in clean.processes:
+        assert type(process.pid) is int and process.pid >= 1
+        assert type(process.gpu) is int and 0 <= process.gpu < MAX_GPUS
+    assert vetted(clean) is clean  # nothing is left to take out
+    evaluate(clean)  # the health rules read every vetted reading without failing
+
+
+def test_a_clean_reading_is_not_copied() -> None:
+    reading = HostSnapshot("gpu01", 1.0, (GpuState(0, name="NVIDIA H200", temperature_c=40.0),))
+    assert vetted(reading) is reading
+
+
+def test_the_issues_readings_are_na_and_counted_never_findings() -> None:
+    reading = HostSnapshot(
+        "gpu01",
+        1.0,
+        (
+            GpuState(0, memory_used_mib=-5.0, memory_total_mib=143771.0),
+            GpuState(1, ecc=EccCounts(volatile_uncorrected=-5)),
+            GpuState(2, temperature_c=1e308),
+            GpuState(10**18, name="a GPU nobody has"),
+            GpuState(3, memory_used_mib=5e11 * 143771, memory_total_mib=143771.0),
+        ),
+    )
+    clean = vetted(reading)
+    assert [g.index for g in clean.gpus] == [0, 1, 2, 3]
+    assert clean.gpus[0].memory_used_mib is None
+    assert clean.gpus[1].ecc == EccCounts()
+    assert clean.gpus[2].temperature_c is None
+    assert clean.gpus[3].memory_used_mib is None  # not "500000000000 % used"
+    assert clean.bad_values == 5
+    assert [f.code for f in evaluate(clean)] == ["bad-value-from-host"]
+    assert "a 19-digit number" in " ".join(clean.bad_value_notes)
+
+
+def test_text_from_outside_is_bounded() -> None:
+    reading = HostSnapshot(
+        "h", 1.0, (GpuState(0),), (GpuProcess(7, 0, 1.0, command="x" * (MAX_TEXT_CHARS * 3)),)
+    )
+    assert len(vetted(reading).processes[0].command or "") == MAX_TEXT_CHARS
+
+
+def test_a_topology_that_is_not_square_is_left_out() -> None:
+    topology = Topology((("X", "NV18"), ("NV18",)))
+    clean = vetted(HostSnapshot("h", 1.0, (GpuState(0), GpuState(1)), topology=topology))
+    assert clean.topology is None and clean.bad_values == 1
+
+
+@PROPERTY
+@given(text=hostile_text)
+def test_printed_text_holds_no_control_but_newline_and_tab(text: str) -> None:
+    out = io.StringIO()
+    GuardedStream(out).write(text)  # type: ignore[arg-type]
+    written = out.getvalue()
+    assert written == printable(text)
+    assert all(c in "\n\t" or not (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F) for c in written)
+
+
+# Pieces of terminal output: Textual's own sequences, and what a host might have smuggled.
+pieces = st.sampled_from(
+    [
+        "gpu",
+        " ",
+        "\x1b[1;1H",
+        "\x1b[31m",
+        "\x1b[0m",
+        "\x1b]8;id=1;https://x\x1b\\",
+        "\x1b]8;;\x1b\\",
+        "\x1b]0;owned\x07",
+        "\x1b]52;c;SE9TVElMRQ==\x07",
+        "\x1b]2;t\x1b\\",
+        "\x1bPq#0~\x1b\\",
+        "\x1b_Ga=T\x1b\\",
+        "\x9b2J",
+        "\x9d0;x\x9c",
+        "\x1b]0;never",
+        "\x1b",
+        "]",
+        "\x07",
+        "\x1b[4h",
+        "\x1b[4l",
+        "\n",
+    ]
+)
+
+
+@PROPERTY
+@given(chunks=st.lists(st.lists(pieces, max_size=12).map("".join), max_size=6))
+def test_the_filter_lets_no_foreign_sequence_out(chunks: list[str]) -> None:
+    diff = ScreenDiff(20, 4)
+    out = "".join(diff.feed(chunk) for chunk in chunks)
+    # (OSC 52 is Textual's own copy_to_clipboard; content cannot reach it: see strips.py)
+    for foreign in ("\x1b]0;", "\x1b]2;", "\x1bP", "\x1b_"):
+        assert foreign not in out
+    assert not any("\x80" <= c <= "\x9f" for c in out)
