@@ -28,6 +28,7 @@ GPUS = {gpus}
 SEED = {seed}
 HANG_FLAG = {hang_flag!r}
 MISSING_PID = {missing_pid}
+HOSTILE_PID_FILE = {hostile_pid_file!r}
 DRIVER, CUDA = "580.159.04", "13.0"
 MEMORY_MIB = 143771
 
@@ -84,7 +85,18 @@ def processes():
     rows = [(os.getppid(), "python3", 0, 1002)]
     if GPUS > 1:
         rows.append((MISSING_PID, "train", 1, 2048))
+    if HOSTILE_PID_FILE and os.path.exists(HOSTILE_PID_FILE):
+        with open(HOSTILE_PID_FILE) as pid:
+            rows.append((int(pid.read()), "\x1b]52;c;SE9TVElMRQ==\x07", 0, 512))
     return rows
+
+
+# What a hostile or broken host answers instead, GPU by GPU (see tests/hostile.py).
+HOSTILE_FIELDS = {hostile_fields!r}
+if HOSTILE_FIELDS:
+    for _name, _values in HOSTILE_FIELDS.items():
+        _unit, _plain = GPU_FIELDS[_name]
+        GPU_FIELDS[_name] = (_unit, lambda i, v=_values, p=_plain: v.get(str(i)) or p(i))
 
 
 APP_FIELDS = {{
@@ -177,10 +189,20 @@ sys.exit(main(sys.argv[1:]))
 
 
 def write_standin_smi(
-    directory: Path, *, gpus: int = 8, hang_flag: Path | None = None, seed: int = 0
+    directory: Path,
+    *,
+    gpus: int = 8,
+    hang_flag: Path | None = None,
+    seed: int = 0,
+    hostile_fields: dict[str, dict[str, str]] | None = None,
+    hostile_pid_file: Path | None = None,
 ) -> Path:
     """Write an executable ``directory/nvidia-smi`` run by this Python (``sys.executable``), so
-    that it works where no python3 is on PATH. It hangs while ``hang_flag`` exists."""
+    that it works where no python3 is on PATH. It hangs while ``hang_flag`` exists.
+
+    ``hostile_fields`` maps a ``--query-gpu`` field to the text some GPUs give instead (by
+    index), and ``hostile_pid_file`` names a file holding the pid of a process listed on GPU 0
+    with a hostile process name: a host whose users or driver send what they like."""
     path = directory / "nvidia-smi"
     path.write_text(
         _SCRIPT.format(
@@ -189,6 +211,8 @@ def write_standin_smi(
             seed=seed,
             hang_flag=None if hang_flag is None else str(hang_flag),
             missing_pid=MISSING_PID,
+            hostile_fields=hostile_fields or {},
+            hostile_pid_file=None if hostile_pid_file is None else str(hostile_pid_file),
         )
     )
     path.chmod(0o755)
