@@ -90,9 +90,10 @@ _MIG_NUMBERS = {
 _TIME = (0.0, float(1 << 34))  # seconds since the epoch: 1970 … the year 2514
 _PID = (1, (1 << 32) - 1)  # Linux's pid_max is at most 2**22; Windows pids are 32-bit
 
-# C0 controls, DEL, C1 controls, the line and paragraph separators and the bidirectional
-# formatting characters (the "Trojan Source" overrides, CVE-2021-42574).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""C0 controls, DEL, C1 controls, the line and paragraph separators and the bidirectional
+formatting characters (the "Trojan Source" overrides, CVE-2021-42574): what text from outside
+may not hold as it is."""
 
 
 def stand_in(match: re.Match[str]) -> str:
@@ -108,9 +109,9 @@ def stand_in(match: re.Match[str]) -> str:
 def visible(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     """``text`` with every control and bidirectional-override character made visible, cut to
     ``limit`` characters (an ellipsis marks the cut)."""
-    if len(text) <= limit and not _UNSAFE.search(text):
+    if len(text) <= limit and not UNSAFE.search(text):
         return text
-    text = _UNSAFE.sub(stand_in, text[: limit + 1])
+    text = UNSAFE.sub(stand_in, text[: limit + 1])
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

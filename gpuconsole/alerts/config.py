@@ -26,6 +26,7 @@ from pathlib import Path
 import platformdirs
 
 from gpuconsole.alerts.defaults import DEFAULT_RULES
+from gpuconsole.alerts.expr import shown
 from gpuconsole.alerts.rules import AlertRule, RuleError, rule_from_dict
 
 if sys.version_info >= (3, 11):
@@ -34,6 +35,8 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 ALERTS_ENV = "GPUCONSOLE_ALERTS"
+MAX_FILE_BYTES = 1 << 20
+"""The largest alerts file read (a real one is a few kilobytes): more is refused unread."""
 _KEYS = frozenset({"disable", "rule"})
 
 
@@ -54,27 +57,55 @@ def load_rules(path: Path | None = None) -> tuple[AlertRule, ...]:
     path = path or default_alerts_path()
     if not explicit and not path.exists():
         return DEFAULT_RULES
+    source = _file_name(path)
+    return merge_rules(_read_toml(path, source), source)
+
+
+def _file_name(path: Path) -> str:
+    """The path as messages name it: as it is, or quoted whole where it holds what a terminal
+    would obey or cannot print (a newline, an escape, a byte of a name that is not UTF-8)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
+def _read_toml(path: Path, source: str) -> dict[str, object]:
+    """The file's TOML; for anything else, a RuleError of one line naming ``source``."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
     except OSError as error:
-        raise RuleError(f"{path}: {error.strerror or error}") from None
+        raise RuleError(f"{source}: {error.strerror or error}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise RuleError(f"{source}: larger than {MAX_FILE_BYTES} bytes, too big for alert rules")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RuleError(
+            f"{source}: not UTF-8 text, as TOML must be (byte {raw[error.start]:#04x} at offset "
+            f"{error.start})"
+        ) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise RuleError(f"{path}: {error}") from None
-    return merge_rules(data, str(path))
+        raise RuleError(f"{source}: {error}") from None
+    except ValueError as error:  # int() past sys.get_int_max_str_digits(): a 5000-digit number
+        raise RuleError(f"{source}: not valid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise RuleError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
 
 
 def merge_rules(data: dict[str, object], source: str) -> tuple[AlertRule, ...]:
     """The built-in rules, less those disabled, with the file's rules replacing or added."""
     unknown = sorted(set(data) - _KEYS)
     if unknown:
-        raise RuleError(f"{source}: unknown key {unknown[0]!r} (keys: disable, [[rule]])")
+        raise RuleError(f"{source}: unknown key {shown(unknown[0])} (keys: disable, [[rule]])")
     rules = {rule.name: rule for rule in DEFAULT_RULES}
     disable = data.get("disable", [])
     if not isinstance(disable, list) or not all(isinstance(n, str) for n in disable):
         raise RuleError(f"{source}: disable must be a list of rule names")
     for name in disable:
         if rules.pop(name, None) is None:
-            raise RuleError(f"{source}: disable: no built-in rule {name!r}")
+            raise RuleError(f"{source}: disable: no built-in rule {shown(name)}")
     tables = data.get("rule", [])
     if not isinstance(tables, list):
         raise RuleError(f"{source}: write rules as [[rule]] tables")
@@ -84,7 +115,7 @@ def merge_rules(data: dict[str, object], source: str) -> tuple[AlertRule, ...]:
             raise RuleError(f"{source}: rule #{number} is not a table")
         rule = rule_from_dict(table, source if "name" in table else f"{source}: rule #{number}")
         if rule.name in seen:
-            raise RuleError(f"{source}: rule {rule.name!r} is defined twice")
+            raise RuleError(f"{source}: rule {shown(rule.name)} is defined twice")
         seen.add(rule.name)
         rules[rule.name] = rule
     return tuple(rules.values())

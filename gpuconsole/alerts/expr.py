@@ -2,36 +2,67 @@
 
 A condition reads like Python and like PromQL: ``temperature_c >= 85``,
 ``power_w >= power_limit_w * 0.98``, ``memory_used_pct > 80 and utilization_pct < 5``.
-Allowed: the readings below, numbers, ``+ - * /``, parentheses, comparisons (chains like
-``80 < temperature_c < 90`` too), ``and`` and ``or``. Every comparison involves a reading.
+Allowed: the readings below, numbers (``85``, ``0.98``, ``1e3``), ``+ - * /``, a leading minus,
+parentheses, comparisons (chains like ``80 < temperature_c < 90`` too), ``and`` and ``or``.
+Every comparison involves a reading. The parser is the console's own, not Python's: it takes only
+this language, and a condition longer than `MAX_CONDITION_CHARS` or nested deeper than
+`MAX_DEPTH` is refused before any work grows with it.
 
 The same condition is evaluated by the console on snapshots and translated to PromQL over
-dcgm-exporter's metrics for Prometheus, so both fire on the same readings:
+dcgm-exporter's metrics for Prometheus, so both fire on the same readings (each point below is
+checked against promtool 2.42 by ``tests/test_hostile_alerts.py``):
 
 - a reading that is missing (None in the console, no series in Prometheus) makes its comparison
   false, never zero;
-- the value an alert reports is that of the left operand of the first comparison that holds,
-  which is the sample value PromQL's filtering comparison keeps;
+- arithmetic is IEEE 754 float64, as Go's: ``x / 0`` is +Inf or -Inf by the signs, ``0 / 0`` is
+  NaN, and a comparison with NaN is false but ``!=``, which holds;
+- a leading minus binds as tightly as ``*`` and ``/`` (PromQL's ``unary_expr ... %prec MUL``),
+  so ``-x / 0`` is ``(-x) / 0``: -Inf for a positive x;
+- a number must fit a float64: PromQL refuses ``1e400`` ("error parsing number ... value out of
+  range"), and so does the console;
+- the value an alert reports is the sample PromQL's filtering comparison keeps: that of the
+  comparison's left operand, or of its right one when the left holds no reading (PromQL keeps
+  the vector's value in ``80 < x``); for ``and`` / ``or``, that of the first comparison that holds;
 - a host-scoped condition compares each reading's mean over the host's GPUs
   (``avg by (Hostname) (...)`` in PromQL).
 """
 
 from __future__ import annotations
 
-import ast
+import contextlib
+import math
 import operator
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
 from gpuconsole.model import GpuState, HostSnapshot
 from gpuconsole.prom import dcgm
 
-GpuReading = Callable[[GpuState, HostSnapshot], float | None]
+MAX_CONDITION_CHARS = 1000
+"""The longest condition accepted; a real one is under 200 characters."""
+MAX_DEPTH = 32
+"""How deep a condition may nest (operators, parentheses, minus signs). Parsing, testing and
+the PromQL are recursive; this bounds them far below Python's recursion limit."""
+MAX_SHOWN_CHARS = 60
+"""An error message quotes at most this much of a value it names."""
 
 
 class ExprError(ValueError):
     """A condition that cannot be used; the message says what is wrong, in one line."""
+
+
+def shown(value: object) -> str:
+    """``value`` as an error message quotes it: its repr, which is one printable line, of at most
+    `MAX_SHOWN_CHARS` of it, so that a hostile megabyte is named, not echoed."""
+    if isinstance(value, str) and len(value) > MAX_SHOWN_CHARS:
+        return f"{value[:MAX_SHOWN_CHARS]!r}… ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else f"{text[:MAX_SHOWN_CHARS]}…"
+
+
+GpuReading = Callable[[GpuState, HostSnapshot], float | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,20 +155,48 @@ Value = Callable[[Lookup], float | None]
 Test = Callable[[Lookup], float | None]
 """A compiled condition: the reported value when it holds, None when it does not."""
 
-_COMPARE: Mapping[type, tuple[str, Callable[[float, float], bool]]] = {
-    ast.Gt: (">", operator.gt),
-    ast.GtE: (">=", operator.ge),
-    ast.Lt: ("<", operator.lt),
-    ast.LtE: ("<=", operator.le),
-    ast.Eq: ("==", operator.eq),
-    ast.NotEq: ("!=", operator.ne),
+_COMPARE: Mapping[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
 }
-_ARITHMETIC: Mapping[type, tuple[str, Callable[[float, float], float]]] = {
-    ast.Add: ("+", operator.add),
-    ast.Sub: ("-", operator.sub),
-    ast.Mult: ("*", operator.mul),
-    ast.Div: ("/", operator.truediv),
-}
+_KEYWORDS = frozenset({"and", "or", "not", "in", "is"})
+_UNSUPPORTED = frozenset({"**", "^", "%"})
+_ALLOWED = "use readings, numbers, + - * / and parentheses"
+_TOKEN = re.compile(
+    r"(?P<space>[ \t\r\n]+)"
+    r"|(?P<number>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|(?P<op>\*\*|>=|<=|==|!=|[-+*/()<>^%])"
+)
+"""PromQL's whitespace, and numbers and names in ASCII only (Python's ``\\d`` takes any digit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    kind: str
+    """"number", "name", "op" or "end"."""
+    text: str
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """A node of a parsed condition."""
+
+    kind: str
+    """"number", "reading", "negate", "arithmetic", "compare", "logic" or "not"."""
+    text: str
+    """The source it was parsed from, for error messages."""
+    depth: int
+    children: tuple[_Node, ...] = ()
+    ops: tuple[str, ...] = ()
+    """The operator of an arithmetic or logic node; a comparison's, one per pair of operands."""
+    value: float = 0.0
+    """A number's value (never negative: a minus sign is a "negate" node)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +206,7 @@ class Condition:
     text: str
     readings: frozenset[str]
     test: Test
-    _tree: ast.expr
+    _tree: _Node
 
     def promql(self, host_label: str = dcgm.HOST_LABEL, host_scope: bool = False) -> str:
         """The condition as PromQL over dcgm-exporter's metrics."""
@@ -156,23 +215,187 @@ class Condition:
 
 def parse(text: str) -> Condition:
     """Parse and check a condition; `ExprError` says what is wrong with it."""
-    try:
-        tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError as error:
-        raise ExprError(f"not a valid condition ({error.msg}): {text!r}") from None
+    text = text.strip()
+    if len(text) > MAX_CONDITION_CHARS:
+        raise ExprError(
+            f"longer than {MAX_CONDITION_CHARS} characters ({len(text)}): {shown(text)}"
+        )
+    tree = _Parser(text).condition()
     names: set[str] = set()
     test = _compile_condition(tree, names)
-    return Condition(text.strip(), frozenset(names), test, tree)
+    return Condition(text, frozenset(names), test, tree)
 
 
-def _compile_condition(node: ast.expr, names: set[str]) -> Test:
-    if isinstance(node, ast.BoolOp):
-        parts = [_compile_condition(value, names) for value in node.values]
-        return _all(parts) if isinstance(node.op, ast.And) else _any(parts)
-    if isinstance(node, ast.Compare):
+def _scan(text: str) -> Iterator[_Token]:
+    """The tokens of ``text``, lazily: an error is raised where the parser gets to it."""
+    position = 0
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None:
+            raise ExprError(f"{shown(text[position])} is not allowed: {_ALLOWED}")
+        kind = match.lastgroup or ""
+        if kind != "space":
+            yield _Token(kind, match.group(), position)
+        position = match.end()
+    yield _Token("end", "", position)
+
+
+class _Parser:
+    """Recursive descent, lowest precedence first: ``or``, ``and``, ``not``, comparisons,
+    ``+ -``, ``* /``, a leading minus, then numbers, readings and parentheses."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._tokens = _scan(text)
+        self._next = next(self._tokens)
+        self._nesting = 0
+        self._end = 0
+        """Where the last token taken ends."""
+
+    def condition(self) -> _Node:
+        node = self._disjunction()
+        if self._next.kind != "end":
+            raise self._unexpected(self._next)
+        return node
+
+    def _take(self) -> _Token:
+        token = self._next
+        if token.kind != "end":
+            self._end = token.start + len(token.text)
+            self._next = next(self._tokens)
+        return token
+
+    def _at(self, kind: str, *texts: str) -> bool:
+        return self._next.kind == kind and self._next.text in texts
+
+    def _node(
+        self,
+        kind: str,
+        start: int,
+        *children: _Node,
+        ops: tuple[str, ...] = (),
+        value: float = 0.0,
+    ) -> _Node:
+        """A node over the source from ``start`` to the last token taken."""
+        depth = 1 + max((child.depth for child in children), default=0)
+        if depth > MAX_DEPTH:
+            raise self._too_deep()
+        return _Node(kind, self._text[start : self._end], depth, children, ops, value)
+
+    @contextlib.contextmanager
+    def _nested(self) -> Iterator[None]:
+        self._nesting += 1
+        if self._nesting > MAX_DEPTH:
+            raise self._too_deep()
+        try:
+            yield
+        finally:
+            self._nesting -= 1
+
+    def _too_deep(self) -> ExprError:
+        return ExprError(f"nested more than {MAX_DEPTH} deep: {shown(self._text)}")
+
+    def _unexpected(self, token: _Token) -> ExprError:
+        if token.text in _UNSUPPORTED:
+            return ExprError(f"{token.text!r} is not allowed: {_ALLOWED}")
+        what = "end" if token.kind == "end" else f"{shown(token.text)} at {token.start + 1}"
+        return ExprError(f"not a valid condition (unexpected {what}): {shown(self._text)}")
+
+    def _disjunction(self) -> _Node:
+        return self._joined("or", self._conjunction)
+
+    def _conjunction(self) -> _Node:
+        return self._joined("and", self._negation)
+
+    def _joined(self, word: str, part: Callable[[], _Node]) -> _Node:
+        start = self._next.start
+        parts = [part()]
+        while self._at("name", word):
+            self._take()
+            parts.append(part())
+        if len(parts) == 1:
+            return parts[0]
+        return self._node("logic", start, *parts, ops=(word,))
+
+    def _negation(self) -> _Node:
+        if not self._at("name", "not"):
+            return self._comparison()
+        start = self._take().start
+        with self._nested():
+            operand = self._negation()
+        return self._node("not", start, operand)
+
+    def _comparison(self) -> _Node:
+        start = self._next.start
+        operands = [self._sum()]
+        ops = []
+        while self._at("op", *_COMPARE) or self._at("name", "in", "is"):
+            op = self._take().text
+            if op not in _COMPARE:
+                raise ExprError(f"{op!r} comparisons are not supported")
+            ops.append(op)
+            operands.append(self._sum())
+        if not ops:
+            return operands[0]
+        return self._node("compare", start, *operands, ops=tuple(ops))
+
+    def _sum(self) -> _Node:
+        return self._arithmetic(("+", "-"), self._term)
+
+    def _term(self) -> _Node:
+        return self._arithmetic(("*", "/"), self._unary)
+
+    def _arithmetic(self, ops: tuple[str, ...], operand: Callable[[], _Node]) -> _Node:
+        start = self._next.start
+        node = operand()
+        while self._at("op", *ops):
+            op = self._take().text
+            node = self._node("arithmetic", start, node, operand(), ops=(op,))
+        return node
+
+    def _unary(self) -> _Node:
+        if not self._at("op", "-"):
+            return self._primary()
+        start = self._take().start
+        with self._nested():
+            operand = self._unary()
+        return self._node("negate", start, operand)
+
+    def _primary(self) -> _Node:
+        token = self._take()
+        if token.kind == "number":
+            return self._node("number", token.start, value=_number_value(token.text))
+        if token.kind == "name" and token.text not in _KEYWORDS:
+            if self._at("op", "("):
+                raise ExprError(f"{shown(token.text + '(…)')} is not allowed: {_ALLOWED}")
+            return self._node("reading", token.start)
+        if token.kind == "op" and token.text == "(":
+            with self._nested():
+                node = self._disjunction()
+            if not self._at("op", ")"):
+                raise self._unexpected(self._next)
+            self._take()
+            return node
+        raise self._unexpected(token)
+
+
+def _number_value(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ExprError(
+            f"number {shown(text)} is out of range for a float64 (PromQL: value out of range)"
+        )
+    return value
+
+
+def _compile_condition(node: _Node, names: set[str]) -> Test:
+    if node.kind == "logic":
+        parts = [_compile_condition(part, names) for part in node.children]
+        return _all(parts) if node.ops == ("and",) else _any(parts)
+    if node.kind == "compare":
         return _compile_compare(node, names)
     raise ExprError(
-        f"{_source(node)!r} is not a condition: compare a reading (e.g. temperature_c >= 85), "
+        f"{shown(node.text)} is not a condition: compare a reading (e.g. temperature_c >= 85), "
         "join comparisons with 'and' / 'or'"
     )
 
@@ -202,74 +425,77 @@ def _any(parts: list[Test]) -> Test:
     return test
 
 
-def _compile_compare(node: ast.Compare, names: set[str]) -> Test:
-    operands = [node.left, *node.comparators]
+def _compile_compare(node: _Node, names: set[str]) -> Test:
+    operands = node.children
     for left, right in pairwise(operands):
-        if not (_names_in(left) or _names_in(right)):
-            raise ExprError(f"{_source(left)!r} and {_source(right)!r}: compare a reading")
-    for op in node.ops:
-        if type(op) not in _COMPARE:
-            raise ExprError(f"{type(op).__name__!r} comparisons are not supported")
-    checks = [_COMPARE[type(op)][1] for op in node.ops]
+        if not (_reads(left) or _reads(right)):
+            raise ExprError(f"{shown(left.text)} and {shown(right.text)}: compare a reading")
+    checks = [_COMPARE[op] for op in node.ops]
     values = [_compile_value(operand, names) for operand in operands]
+    kept = 0 if _reads(operands[0]) else 1
 
     def test(lookup: Lookup) -> float | None:
-        left = values[0](lookup)
-        first = left
-        for check, value in zip(checks, values[1:], strict=True):
-            right = value(lookup)
+        results = [value(lookup) for value in values]
+        for check, (left, right) in zip(checks, pairwise(results), strict=True):
             if left is None or right is None or not check(left, right):
                 return None
-            left = right
-        return first
+        return results[kept]
 
     return test
 
 
-def _compile_value(node: ast.expr, names: set[str]) -> Value:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        constant = float(node.value)
+def _compile_value(node: _Node, names: set[str]) -> Value:
+    if node.kind == "number":
+        constant = node.value
         return lambda _lookup: constant
-    if isinstance(node, ast.Name):
-        if node.id not in READINGS:
-            raise ExprError(f"unknown reading {node.id!r} (readings: {', '.join(READINGS)})")
-        names.add(node.id)
-        name = node.id
+    if node.kind == "reading":
+        if node.text not in READINGS:
+            raise ExprError(f"unknown reading {shown(node.text)} (readings: {', '.join(READINGS)})")
+        names.add(node.text)
+        name = node.text
         return lambda lookup: lookup(name)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = _compile_value(node.operand, names)
+    if node.kind == "negate":
+        inner = _compile_value(node.children[0], names)
         return lambda lookup: _negate(inner(lookup))
-    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
-        left = _compile_value(node.left, names)
-        right = _compile_value(node.right, names)
-        apply = _ARITHMETIC[type(node.op)][1]
+    if node.kind == "arithmetic":
+        left = _compile_value(node.children[0], names)
+        right = _compile_value(node.children[1], names)
+        apply = _ARITHMETIC[node.ops[0]]
         return lambda lookup: _arithmetic(apply, left(lookup), right(lookup))
-    raise ExprError(
-        f"{_source(node)!r} is not allowed: use readings, numbers, + - * / and parentheses"
-    )
+    raise ExprError(f"{shown(node.text)} is not allowed: {_ALLOWED}")
 
 
 def _negate(value: float | None) -> float | None:
     return None if value is None else -value
 
 
+def _divide(left: float, right: float) -> float:
+    """IEEE 754 division, which Go's float64 and so PromQL do and Python's ``/`` does not: a
+    division by zero (or by -0) is ±Inf by the signs, and NaN for 0 / 0 or NaN / 0."""
+    if right != 0:
+        return left / right
+    if left == 0 or math.isnan(left):
+        return math.nan
+    return math.copysign(math.inf, left) * math.copysign(1.0, right)
+
+
+_ARITHMETIC: Mapping[str, Callable[[float, float], float]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": _divide,
+}
+
+
 def _arithmetic(
     apply: Callable[[float, float], float], left: float | None, right: float | None
 ) -> float | None:
-    if left is None or right is None:
-        return None
-    try:
-        return apply(left, right)
-    except ZeroDivisionError:
-        return None  # PromQL gives ±Inf or NaN, which no threshold of ours matches
+    return None if left is None or right is None else apply(left, right)
 
 
-def _names_in(node: ast.expr) -> bool:
-    return any(isinstance(child, ast.Name) for child in ast.walk(node))
-
-
-def _source(node: ast.expr) -> str:
-    return ast.unparse(node)
+def _reads(node: _Node) -> bool:
+    """Whether a value holds a reading (a vector in PromQL), not only numbers (a scalar)."""
+    return node.kind == "reading" or any(_reads(child) for child in node.children)
 
 
 class _PromQL:
@@ -278,28 +504,25 @@ class _PromQL:
     def __init__(self, host_label: str | None) -> None:
         self._host_label = host_label
 
-    def condition(self, node: ast.expr) -> str:
-        if isinstance(node, ast.BoolOp):
-            joiner = " and " if isinstance(node.op, ast.And) else " or "
-            return joiner.join(f"({self.condition(value)})" for value in node.values)
-        assert isinstance(node, ast.Compare)
-        operands = [node.left, *node.comparators]
+    def condition(self, node: _Node) -> str:
+        if node.kind == "logic":
+            joiner = f" {node.ops[0]} "
+            return joiner.join(f"({self.condition(part)})" for part in node.children)
         parts = [
-            f"{self.value(left)} {_COMPARE[type(op)][0]} {self.value(right)}"
-            for op, (left, right) in zip(node.ops, pairwise(operands), strict=True)
+            f"{self.value(left)} {op} {self.value(right)}"
+            for op, (left, right) in zip(node.ops, pairwise(node.children), strict=True)
         ]
         return parts[0] if len(parts) == 1 else " and ".join(f"({part})" for part in parts)
 
-    def value(self, node: ast.expr) -> str:
-        if isinstance(node, ast.Constant):
-            return _number(float(node.value))
-        if isinstance(node, ast.Name):
-            return self._reading(READINGS[node.id])
-        if isinstance(node, ast.UnaryOp):
-            return f"-{self.value(node.operand)}"
-        assert isinstance(node, ast.BinOp)
-        symbol = _ARITHMETIC[type(node.op)][0]
-        return f"({self.value(node.left)} {symbol} {self.value(node.right)})"
+    def value(self, node: _Node) -> str:
+        if node.kind == "number":
+            return _number(node.value)
+        if node.kind == "reading":
+            return self._reading(READINGS[node.text])
+        if node.kind == "negate":
+            return f"-{self.value(node.children[0])}"
+        left, right = node.children
+        return f"({self.value(left)} {node.ops[0]} {self.value(right)})"
 
     def _reading(self, reading: Reading) -> str:
         if self._host_label is not None:
@@ -308,4 +531,6 @@ class _PromQL:
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if value.is_integer() else repr(value)
+    """A number as PromQL reads it back: digits for a whole one below 10¹⁵, else Python's
+    shortest repr (``1e+300``), which PromQL's lexer also takes."""
+    return str(int(value)) if value.is_integer() and value < 1e15 else repr(value)

@@ -5,7 +5,16 @@ it); finding rules select the console exporter's ``gpuconsole_findings``. Thresh
 compared on the gauges themselves: the guide's example took ``rate()`` of the utilization gauge,
 which is near 0 for a GPU pinned at 100 % and so never fires when it should.
 
-The file is YAML; every string is written JSON-quoted, which YAML reads as the same string.
+Prometheus expands every label value and annotation of an alerting rule as a Go template
+(``text/template``, with ``query`` among its functions: a template can run PromQL). The console's
+labels and the literal text of its messages are data, so each ``{`` of them is written as the
+template ``{{ "{" }}``: Prometheus's alert then carries exactly the text the console's does, and
+no text from an alerts file can be a template that promtool refuses ("unclosed action") or one
+that runs.
+
+The file is YAML; every string is written JSON-quoted, which YAML reads as the same string, with
+each character that is not printable escaped (YAML refuses raw C1 controls and DEL: promtool
+says "control characters are not allowed").
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ def go_template(message: str, host_label: str = dcgm.HOST_LABEL) -> str:
     }
     parts = []
     for literal, field, spec, _ in string.Formatter().parse(message):
-        parts.append(literal.replace("{{", '{{ "{{" }}'))
+        parts.append(_literal_template(literal))
         if field is None:
             continue
         if field == "value":
@@ -46,6 +55,11 @@ def go_template(message: str, host_label: str = dcgm.HOST_LABEL) -> str:
         else:
             parts.append(fields[field])
     return "".join(parts)
+
+
+def _literal_template(text: str) -> str:
+    """A Go template that expands to ``text`` itself."""
+    return text.replace("{", '{{ "{" }}')
 
 
 def rules_yaml(rules: Sequence[AlertRule], host_label: str = dcgm.HOST_LABEL) -> str:
@@ -67,7 +81,10 @@ def rules_yaml(rules: Sequence[AlertRule], host_label: str = dcgm.HOST_LABEL) ->
             f"        expr: {_q(rule_expr(rule, host_label))}",
             f"        for: {_q(rule.for_text)}",
             "        labels:",
-            *(f"          {key}: {_q(value)}" for key, value in sorted(labels.items())),
+            *(
+                f"          {key}: {_q(_literal_template(value))}"
+                for key, value in sorted(labels.items())
+            ),
             "        annotations:",
             f"          summary: {_q(go_template(rule.message, host_label))}",
         ]
@@ -75,4 +92,14 @@ def rules_yaml(rules: Sequence[AlertRule], host_label: str = dcgm.HOST_LABEL) ->
 
 
 def _q(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+    """``text`` as a YAML double-quoted string: JSON's quoting (which escapes C0, quotes and
+    backslashes) and a YAML escape for each other character that is not printable."""
+    return "".join(
+        char if char.isprintable() else _yaml_escape(char)
+        for char in json.dumps(text, ensure_ascii=False)
+    )
+
+
+def _yaml_escape(char: str) -> str:
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
