@@ -172,6 +172,11 @@ class _Vetting:
         changes = {}
         for name, (bounds, whole) in numbers.items():
             value = getattr(obj, name)
+            kind = type(value)
+            if value is None or (
+                (kind is int or (kind is float and not whole)) and bounds[0] <= value <= bounds[1]
+            ):
+                continue  # the usual case, without building the label (NaN fails the range)
             checked = self.number(f"{where} {name}", value, bounds, whole)
             if checked is not value:
                 changes[name] = checked
@@ -181,6 +186,10 @@ class _Vetting:
         changes = {}
         for name in names:
             value = getattr(obj, name)
+            if value is None or (
+                type(value) is str and len(value) <= MAX_TEXT_CHARS and not UNSAFE.search(value)
+            ):
+                continue
             checked = self.text(f"{where} {name}", value)
             if checked is not value:
                 changes[name] = checked
@@ -288,13 +297,15 @@ def _gpu(vet: _Vetting, gpu: GpuState) -> GpuState:
     reasons = _reasons(vet, where, gpu.throttle_reasons)
     if reasons is not gpu.throttle_reasons:
         changes["throttle_reasons"] = reasons
-    for name, kind, numbers in (
-        ("ecc", EccCounts, _ECC_NUMBERS),
-        ("remap", RowRemap, _REMAP_NUMBERS),
-        ("pcie", PcieLink, _PCIE_NUMBERS),
+    for name, kind, numbers, flags in (
+        ("ecc", EccCounts, _ECC_NUMBERS, ()),
+        ("remap", RowRemap, _REMAP_NUMBERS, ("pending", "failure")),
+        ("pcie", PcieLink, _PCIE_NUMBERS, ()),
     ):
         value = getattr(gpu, name)
-        checked = vet.part(value, kind, f"{where} {name}", _nested(vet, numbers))
+        if value is None:
+            continue
+        checked = vet.part(value, kind, f"{where} {name}", _nested(vet, numbers, flags))
         if checked is not value:
             changes[name] = checked
     instances = _mig(vet, where, gpu.mig_instances)
@@ -304,18 +315,24 @@ def _gpu(vet: _Vetting, gpu: GpuState) -> GpuState:
 
 
 def _nested(
-    vet: _Vetting, numbers: dict[str, tuple[tuple[float, float], bool]]
+    vet: _Vetting, numbers: dict[str, tuple[tuple[float, float], bool]], flags: tuple[str, ...]
 ) -> Callable[[Any, str], dict[str, Any]]:
     def check(obj: Any, where: str) -> dict[str, Any]:
         changes = vet.fields(obj, where, numbers)
-        for field in dataclasses.fields(obj):
-            if field.name not in numbers:  # RowRemap's pending and failure flags
-                value = getattr(obj, field.name)
-                if vet.flag(f"{where} {field.name}", value) is not value:
-                    changes[field.name] = None
+        for name in flags:
+            value = getattr(obj, name)
+            if vet.flag(f"{where} {name}", value) is not value:
+                changes[name] = None
         return changes
 
     return check
+
+
+def _plain(items: tuple[Any, ...], limit: int) -> bool:
+    """Whether every item is text of at most ``limit`` characters with nothing to make visible."""
+    return all(type(item) is str and len(item) <= limit for item in items) and not UNSAFE.search(
+        "".join(items)
+    )
 
 
 def _reasons(vet: _Vetting, where: str, reasons: tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -324,8 +341,9 @@ def _reasons(vet: _Vetting, where: str, reasons: tuple[str, ...] | None) -> tupl
     if not isinstance(reasons, tuple):
         vet.bad(f"{where} throttle_reasons", reasons, "is not a list")
         return None
-    checked = tuple(vet.text(f"{where} throttle reason", r, 64) or "?" for r in reasons[:32])
-    return reasons if checked == reasons else checked
+    if len(reasons) <= 32 and _plain(reasons, 64):
+        return reasons
+    return tuple(vet.text(f"{where} throttle reason", r, 64) or "?" for r in reasons[:32])
 
 
 def _mig(
@@ -396,7 +414,10 @@ def _topology(vet: _Vetting, topology: Topology | None) -> Topology | None:
     ):
         vet.bad("topology", f"{max(size, 0)} rows", "is not a square matrix of at most 32 GPUs")
         return None
-    cells = tuple(tuple(vet.text("topology cell", c, 16) or "?" for c in row) for row in matrix)
+    if all(_plain(row, 16) for row in matrix):
+        cells = matrix  # the usual case: one search per row
+    else:
+        cells = tuple(tuple(vet.text("topology cell", c, 16) or "?" for c in row) for row in matrix)
     cpus = tuple(vet.text("topology CPU affinity", c, 256) for c in topology.cpu_affinity[:size])
     numa = tuple(
         vet.number("topology NUMA node", n, (0, 1 << 16), True)
