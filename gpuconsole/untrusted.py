@@ -118,6 +118,8 @@ def visible(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 def shown(value: object) -> str:
     """A value from outside as a bad-value note quotes it: short, and safe to print."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**12:
+        if value.bit_length() > 10_000:  # str() of an int past 4300 digits raises
+            return f"a number of about {round(value.bit_length() * math.log10(2))} digits"
         return f"a {len(str(abs(value)))}-digit number"
     return visible(repr(value), 40)
 

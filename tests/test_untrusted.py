@@ -25,7 +25,7 @@ from gpuconsole.model import (
 )
 from gpuconsole.terminal.diff import ScreenDiff
 from gpuconsole.terminal.plain import GuardedStream, printable
-from gpuconsole.untrusted import MAX_GPUS, MAX_TEXT_CHARS, vetted, visible
+from gpuconsole.untrusted import MAX_GPUS, MAX_TEXT_CHARS, shown, vetted, visible
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -160,6 +160,14 @@ def test_the_issues_readings_are_na_and_counted_never_findings() -> None:
     assert clean.bad_values == 5
     assert [f.code for f in evaluate(clean)] == ["bad-value-from-host"]
     assert "a 19-digit number" in " ".join(clean.bad_value_notes)
+
+
+def test_a_huge_number_is_described_not_written_out() -> None:
+    assert shown(10**18) == "a 19-digit number"
+    assert shown(-(10**400)) == "a 401-digit number"
+    assert shown(10**5000) == "a number of about 5000 digits"  # str() would raise here
+    quoted = shown("\x1b]0;x\x07" * 20)
+    assert quoted.startswith("'\\x1b]0;x\\x07") and len(quoted) <= 40
 
 
 def test_text_from_outside_is_bounded() -> None:
