@@ -181,21 +181,87 @@ ERRORS = {
         3,
         "groups.r.port: must be an integer in 1..65535, got true",
     ),
-    "gpus zero": ("[hosts.a]\ngpus = 0\n", 2, "hosts.a.gpus: must be a positive integer, got 0"),
+    "gpus zero": ("[hosts.a]\ngpus = 0\n", 2, "hosts.a.gpus: must be an integer in 1..1024, got 0"),
     "gpus a float": (
         "[hosts.a]\ngpus = 2.5\n",
         2,
-        "hosts.a.gpus: must be a positive integer, got 2.5",
+        "hosts.a.gpus: must be an integer in 1..1024, got 2.5",
+    ),
+    "gpus too many": (
+        "[groups.r]\ngpus = 100000\n[hosts.a]\ngroup = 'r'\n",
+        2,
+        "groups.r.gpus: must be an integer in 1..1024, got 100000",
+    ),
+    "gpus a 400-digit integer": (
+        "[hosts.a]\ngpus = " + "9" * 400 + "\n",
+        2,
+        "hosts.a.gpus: must be an integer in 1..1024, got an integer of 400 digits",
+    ),
+    "port a negative 400-digit integer": (
+        "[defaults]\nport = -" + "1" * 400 + "\n[hosts.a]\n",
+        2,
+        "defaults.port: must be an integer in 1..65535, got an integer of 400 digits",
     ),
     "timeout negative": (
         "[hosts.a]\nconnect_timeout = -1\n",
         2,
-        "hosts.a.connect_timeout: must be a positive number of seconds, got -1",
+        "hosts.a.connect_timeout: must be a number of seconds in 0.1..3600, got -1",
+    ),
+    "timeout zero": (
+        "[hosts.a]\nconnect_timeout = 0\n",
+        2,
+        "hosts.a.connect_timeout: must be a number of seconds in 0.1..3600, got 0",
     ),
     "timeout nan": (
         "[hosts.a]\nconnect_timeout = nan\n",
         2,
-        "hosts.a.connect_timeout: must be a positive number of seconds, got NaN",
+        "hosts.a.connect_timeout: must be a number of seconds in 0.1..3600, got NaN",
+    ),
+    "timeout inf": (
+        "[hosts.a]\nconnect_timeout = -inf\n",
+        2,
+        "hosts.a.connect_timeout: must be a number of seconds in 0.1..3600, got -Infinity",
+    ),
+    "timeout 1e308 in defaults": (
+        "[defaults]\nconnect_timeout = 1e308\n[hosts.a]\n",
+        2,
+        "defaults.connect_timeout: must be a number of seconds in 0.1..3600, got 1e+308",
+    ),
+    "timeout over an hour in a group": (
+        '[groups.r]\nhosts = ["a"]\nconnect_timeout = 3601\n',
+        3,
+        "groups.r.connect_timeout: must be a number of seconds in 0.1..3600, got 3601",
+    ),
+    "timeout a 400-digit integer": (
+        "[hosts.a]\nconnect_timeout = " + "1" * 400 + "\n",
+        2,
+        "hosts.a.connect_timeout: must be a number of seconds in 0.1..3600,"
+        " got an integer of 400 digits",
+    ),
+    "a long value is cut": (
+        '[hosts.a]\nport = "' + "x" * 500 + '"\n',
+        2,
+        'hosts.a.port: must be an integer in 1..65535, got "' + "x" * 58 + "…",
+    ),
+    "an escape sequence in a host name": (
+        '[hosts."gpu\\u001b[2J"]\n',
+        1,
+        'hosts."gpu\\u001b[2J": host name must not contain control characters, got "gpu\\u001b[2J"',
+    ),
+    "a bidi override in a user": (
+        '[hosts.a]\nuser = "ops\\u202e"\n',
+        2,
+        'hosts.a.user: must not contain control characters, got "ops\\u202e"',
+    ),
+    "a jump hop with a bad port": (
+        '[hosts.a]\njump = "ops@bastion:22,inner:ssh"\n',
+        2,
+        'hosts.a.jump: hop "inner:ssh": port must be an integer in 1..65535, got "ssh"',
+    ),
+    "an empty jump hop": (
+        '[defaults]\njump = "bastion,"\n[hosts.a]\n',
+        2,
+        'defaults.jump: hop "": host must not be empty',
     ),
     "user not a string": ("[hosts.a]\nuser = 5\n", 2, "hosts.a.user: must be a string, got 5"),
     "user with an @": (
@@ -394,6 +460,31 @@ def test_bad_hosts_option_names_the_entry(text: str, message: str) -> None:
         hosts_from_option(text)
 
     assert str(caught.value) == message
+
+
+def test_a_port_of_5000_digits_is_refused_in_one_short_line() -> None:
+    with pytest.raises(InventoryError) as caught:
+        hosts_from_option("gpu:" + "9" * 5000)
+
+    message = str(caught.value)
+    assert "port must be an integer in 1..65535" in message
+    assert len(message) < 200 and "\n" not in message
+
+
+def test_a_port_with_leading_zeros_is_the_port() -> None:
+    assert hosts_from_option("gpu:000022").hosts[0].port == 22
+
+
+def test_jump_hosts_are_the_hops_in_order() -> None:
+    hops = inventory.jump_hosts("ops@bastion:2222,[fe80::1]:22,inner", connect_timeout=3.0)
+
+    assert [(h.address, h.user, h.port, h.connect_timeout) for h in hops] == [
+        ("bastion", "ops", 2222, 3.0),
+        ("fe80::1", None, 22, 3.0),
+        ("inner", None, None, 3.0),
+    ]
+    with pytest.raises(InventoryError, match='ProxyJump "a,b:0": hop "b:0": port'):
+        inventory.jump_hosts("a,b:0")
 
 
 def test_python_is_a_program_a_remote_shell_runs_as_it_is(tmp_path) -> None:

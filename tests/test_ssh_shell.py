@@ -17,11 +17,13 @@ pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is no
 
 
 def running(marker: str) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        if any(marker in part for part in process.info["cmdline"] or []):
-            found.append(process)
-    return found
+    """Processes whose command line holds ``marker``: the shell running it (`sh -c '...'`), and
+    the command itself (which the shell may have become by exec: `sleep` `308`)."""
+    return [
+        process
+        for process in psutil.process_iter(["cmdline"])
+        if marker in " ".join(process.info["cmdline"] or [])
+    ]
 
 
 async def _gone(marker: str, within: float = 10.0) -> bool:

@@ -5,10 +5,11 @@ The file is `$GPUCONSOLE_INVENTORY` if set, else `<XDG config dir>/gpuconsole/ho
 ```toml
 [defaults]                 # optional: applies to every host
 user = "ops"
-port = 22
-jump = "bastion.example"   # optional ProxyJump host; "none" turns a default one off
-connect_timeout = 10       # seconds
-gpus = 8                   # expected GPU count of each host
+port = 22                  # 1..65535
+jump = "bastion.example"   # optional ProxyJump: [user@]host[:port], hops joined by ","; "none"
+                           # turns a default one off
+connect_timeout = 10       # seconds, 0.1..3600
+gpus = 8                   # expected GPU count of each host, 1..1024
 python = "python3"         # the interpreter recipes run with (a venv's or conda's, say)
 
 [groups.rack-a]            # a group (rack): its own defaults and its hosts
@@ -40,8 +41,10 @@ Rules:
   error rather than a new rack of one. A host belongs to one group at most.
 - Hosts keep file order: each group in order (its listed hosts, then those that joined with
   `group`), then the hosts in no group.
-- Host names, addresses, users and jump hosts are non-empty, contain no whitespace and do not
-  start with `-`, so none of them can be read by ssh as an option.
+- Host names, addresses, users and jump hosts are non-empty, contain no whitespace or control
+  characters and do not start with `-`, so none of them can be read by ssh as an option.
+- Numbers are range-checked (the ranges above): the file is untrusted input, and a timeout of
+  1e308 s or a port of 10**400 is a mistake to name, not a value to pass on.
 """
 
 from __future__ import annotations
@@ -51,12 +54,15 @@ import math
 import os
 import re
 import sys
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import platformdirs
+
+from gpuconsole.untrusted import MAX_GPUS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,6 +73,9 @@ INVENTORY_ENV = "GPUCONSOLE_INVENTORY"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_PYTHON = "python3"
 HOSTS_OPTION = "--hosts"
+PORTS = (1, 65535)
+CONNECT_TIMEOUTS_S = (0.1, 3600.0)
+EXPECTED_GPUS = (1, MAX_GPUS)
 
 
 class InventoryError(ValueError):
@@ -188,9 +197,27 @@ class _Invalid(Exception):
     """A value is wrong; whoever knows where it came from turns this into an InventoryError."""
 
 
+_SHOWN_CHARS = 60
+
+
 def _show(value: object) -> str:
-    """A value as the TOML file (or command line) spells it, near enough."""
-    return json.dumps(value, default=str)
+    """A value as the TOML file (or command line) spells it, near enough, and short: control
+    characters escaped, a long value cut, a huge integer described rather than written out."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        return f"an integer of {_digits(abs(value))} digits"
+    try:
+        text = json.dumps(value, default=str)
+    except (ValueError, RecursionError):  # a huge integer, or nesting deeper than json goes
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 1] + "…"
+
+
+def _digits(number: int) -> int:
+    """How many decimal digits `number` (> 0) has, without str(), which refuses over 4300."""
+    digits = math.floor(math.log10(number)) + 1  # log10 of a float: may be one off either way
+    if 10 ** (digits - 1) > number:
+        return digits - 1
+    return digits + 1 if 10**digits <= number else digits
 
 
 def _word(value: object) -> str:
@@ -201,6 +228,8 @@ def _word(value: object) -> str:
         raise _Invalid("must not be empty")
     if any(char.isspace() for char in value):
         raise _Invalid(f"must not contain whitespace, got {_show(value)}")
+    if any(unicodedata.category(char) in ("Cc", "Cf") for char in value):
+        raise _Invalid(f"must not contain control characters, got {_show(value)}")
     if value.startswith("-"):
         raise _Invalid(f"must not start with '-' (ssh would take it for an option): {_show(value)}")
     return value
@@ -226,31 +255,56 @@ def _python(value: object) -> str:
 
 def _jump(value: object) -> str | None:
     jump = _word(value)
-    return None if jump == "none" else jump
+    if jump == "none":
+        return None
+    _hops(jump)
+    return jump
+
+
+def jump_hosts(
+    jump: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+) -> tuple[HostEntry, ...]:
+    """The hops of a ProxyJump value (the inventory's `jump`, or ssh config's), first hop first;
+    InventoryError naming the hop if one is not `[user@]host[:port]`."""
+    try:
+        return _hops(jump, HostDefaults(connect_timeout=connect_timeout))
+    except _Invalid as bad:
+        raise InventoryError(f"ProxyJump {_show(jump)}: {bad}") from None
+
+
+def _hops(jump: str, defaults: HostDefaults | None = None) -> tuple[HostEntry, ...]:
+    hops = []
+    for hop in jump.split(","):
+        try:
+            hops.append(_option_entry(hop, defaults or HostDefaults()))
+        except _Invalid as bad:
+            raise _Invalid(f"hop {_show(hop)}: {bad}") from None
+    return tuple(hops)
 
 
 # TOML's true/false arrive as bool, which Python counts as an int: each number check refuses it.
 
 
-def _port(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise _Invalid(f"must be an integer in 1..65535, got {_show(value)}")
+def _integer(value: object, bounds: tuple[int, int]) -> int:
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _Invalid(f"must be an integer in {low}..{high}, got {_show(value)}")
     return value
+
+
+def _port(value: object) -> int:
+    return _integer(value, PORTS)
 
 
 def _gpus(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise _Invalid(f"must be a positive integer, got {_show(value)}")
-    return value
+    return _integer(value, EXPECTED_GPUS)
 
 
 def _timeout(value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (math.isfinite(value) and value > 0)
-    ):
-        raise _Invalid(f"must be a positive number of seconds, got {_show(value)}")
+    low, high = CONNECT_TIMEOUTS_S
+    # NaN compares false with everything, so the range check refuses it too
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise _Invalid(f"must be a number of seconds in {low:g}..{high:g}, got {_show(value)}")
     return float(value)
 
 
@@ -272,6 +326,7 @@ _HOST_KEYS = ("address", "group", *_SETTINGS)
 # --- the file ----------------------------------------------------------------------------------
 
 _Where = tuple[str, ...]  # a key's path in the document, e.g. ("hosts", "gpu-b01", "port")
+_LONG_NUMBER = re.compile(r"[0-9][0-9_]{4300,}")  # past Python's default int_max_str_digits
 _TOML_LOCATION = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 
 
@@ -289,6 +344,8 @@ def _read(path: Path) -> str:
 def _parse(source: str, text: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise InventoryError(f"{source}: invalid TOML: arrays or tables nested too deep") from None
     except tomllib.TOMLDecodeError as error:
         message = str(error)
         found = _TOML_LOCATION.search(message)
@@ -300,6 +357,10 @@ def _parse(source: str, text: str) -> dict[str, Any]:
         else:
             line, reason = int(found[1]), f"{reason} (column {found[2]})"
         raise InventoryError(f"{source}:{line}: invalid TOML: {reason}") from None
+    except ValueError:  # tomllib lets int() refuse an integer of more digits than Python reads
+        long = _LONG_NUMBER.search(text)
+        place = source if long is None else f"{source}:{text.count(chr(10), 0, long.start()) + 1}"
+        raise InventoryError(f"{place}: invalid TOML: a number with too many digits") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,8 +595,10 @@ def _option_entry(entry: str, defaults: HostDefaults) -> HostEntry:
     if at:
         settings["user"] = _labelled("user", _user, user)
     if port is not None:
-        if not _DIGITS.fullmatch(port):
-            raise _Invalid(f"port must be an integer in 1..65535, got {_show(port)}")
+        # a port has at most 5 digits past leading zeros; int() of a longer one is never needed
+        # (and Python refuses one of over 4300 digits)
+        if not _DIGITS.fullmatch(port) or len(port.lstrip("0")) > len(str(PORTS[1])):
+            raise _Invalid(f"port must be an integer in {PORTS[0]}..{PORTS[1]}, got {_show(port)}")
         settings["port"] = _labelled("port", _port, int(port))
     address = _labelled("host", _word, host)
     return replace(defaults, **settings).entry(target, address)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import random
 import threading
@@ -27,7 +28,7 @@ import asyncssh
 
 from gpuconsole.clock import Clock, wall_clock
 from gpuconsole.hosts.inventory import HostEntry
-from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.hosts.ssh import MAX_REASON_CHARS, ConnectFailure, SshSettings, connect
 from gpuconsole.model import HostSnapshot, HostState
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.wire import (
@@ -41,6 +42,7 @@ from gpuconsole.telemetry.wire import (
     agent_script,
     encode_command,
 )
+from gpuconsole.untrusted import visible
 
 # States that no retry can mend: a person must act (then restart the console).
 NEEDS_A_PERSON = frozenset({HostState.AUTH_FAILED, HostState.HOST_KEY_MISMATCH})
@@ -133,10 +135,25 @@ class Supervisor:
     def start(self) -> None:
         """Start one task per host on the running loop."""
         connecting = asyncio.Semaphore(self._max_connecting)
-        self._tasks = [
-            asyncio.create_task(self._watch(link, connecting), name=f"watch {link.name}")
-            for link in self._links.values()
-        ]
+        self._tasks = []
+        for link in self._links.values():
+            task = asyncio.create_task(self._watch(link, connecting), name=f"watch {link.name}")
+            task.add_done_callback(functools.partial(self._ended, link))
+            self._tasks.append(task)
+
+    def _ended(self, link: HostLink, task: asyncio.Task[None]) -> None:
+        """A watch that an unforeseen error ended must not leave its host "connecting" forever
+        with no word: the host is down, and the error is its reason."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        self._set(
+            link,
+            HostState.DOWN,
+            visible(
+                f"{link.name}: stopped watching: {type(error).__name__}: {error}", MAX_REASON_CHARS
+            ),
+        )
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop every host in a fixed order: ask agents to stop, close the connections (their
@@ -326,7 +343,7 @@ async def _exit_reason(process: asyncssh.SSHClientProcess[bytes]) -> str:
         how = f"exited with status {process.exit_status}"
     else:
         how = "stopped"
-    return f"{how}: {last[:160]}" if last else how
+    return f"{how}: {visible(last, 160)}" if last else how
 
 
 def _reason(error: BaseException) -> str:

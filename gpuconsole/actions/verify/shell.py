@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import asyncssh
@@ -21,6 +22,7 @@ _MAX_OUTPUT = 1 << 20
 _REAP_WAIT_S = 1.0
 _GROUP_MARK = "gpuconsole-process-group "
 _GRACE_S = 1
+_STOP_WAIT_S = 5.0  # for a command stopped while it starts: its start, then its group
 
 
 LineSink = Callable[[str], None]
@@ -81,77 +83,144 @@ class LocalShell:
         return Output(command, process.returncode, "\n".join(lines))
 
 
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """A command running on a host: its process, its process group there (None if the shell
+    did not say it in time), and what the login shell printed before saying it."""
+
+    process: asyncssh.SSHClientProcess[bytes]
+    group: str | None
+    preamble: tuple[str, ...]
+
+
 class SshShell:
-    """A host's shell over an open asyncssh connection (one channel per command)."""
+    """A host's shell over an open asyncssh connection (one channel per command).
+
+    Closing the channel does not end a command without a terminal: sshd started it in a
+    session of its own, which lives on (OpenSSH does not honour a signal request for it). So
+    every command is started by `_start`, whose shell first prints its process id, which is
+    that session's process group; a command that times out or is stopped has the group
+    killed over a second channel (`_stop`)."""
 
     def __init__(self, connection: asyncssh.SSHClientConnection) -> None:
         self._connection = connection
 
     async def run(self, command: str, timeout: float) -> Output:
-        try:
-            done = await asyncio.wait_for(
-                self._connection.run(_PREFIX + command, check=False, encoding=None), timeout
-            )
-        except (asyncio.TimeoutError, TimeoutError):
-            return Output(command, None, "", f"no answer within {timeout:g} s")
-        except (asyncssh.Error, OSError) as error:
-            return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
-        code = done.exit_status if done.exit_status is not None else 255
-        return Output(command, code, _text(done.stdout), _text(done.stderr))
-
-    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
-        """As `LocalShell.stream`; a stopped or timed-out command is killed on the host.
-
-        Closing the channel does not end a command without a terminal: sshd started it in a
-        session of its own, which lives on. The shell first prints its process id, which is
-        that session's process group, and stopping kills the group over a second channel."""
         deadline = time.monotonic() + timeout
+        started = await self._start(command, asyncssh.PIPE, deadline)
+        if isinstance(started, str):
+            return Output(command, None, "", started)
+        process = started.process
         try:
-            process = await self._connection.create_process(
-                f"{_PREFIX}echo {_GROUP_MARK}$$; {command}",
-                stderr=asyncssh.STDOUT,
-                encoding=None,
+            stdout, stderr = await asyncio.wait_for(
+                asyncio.gather(_read_capped(process.stdout), _read_capped(process.stderr)),
+                _left(deadline),
             )
-        except (asyncssh.Error, OSError) as error:
-            return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
-        group: list[str] = []
-
-        def line(text: str) -> None:
-            if not group and text.startswith(_GROUP_MARK):
-                group.append(text.removeprefix(_GROUP_MARK))
-            else:
-                on_line(text)
-
-        try:
-            lines = await _read_lines(process.stdout.readline, deadline, line)
-            await asyncio.wait_for(process.wait_closed(), max(0.1, deadline - time.monotonic()))
+            await asyncio.wait_for(process.wait_closed(), _left(deadline))
         except (asyncio.TimeoutError, TimeoutError):
-            await self._stop(process, group)
+            await self._stop(started)
             return Output(command, None, "", f"no answer within {timeout:g} s")
         except asyncio.CancelledError:
-            await self._stop(process, group)
+            await self._stop(started)
             raise
         except (asyncssh.Error, OSError) as error:
             return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
         code = process.exit_status if process.exit_status is not None else 255
-        output = [text for text in lines if not text.startswith(_GROUP_MARK)]
-        return Output(command, code, "\n".join(output))
+        printed = "".join(f"{line}\n" for line in started.preamble) + _text(stdout)
+        return Output(command, code, printed, _text(stderr))
 
-    async def _stop(self, process: asyncssh.SSHClientProcess, group: list[str]) -> None:
+    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+        """As `LocalShell.stream`; a stopped or timed-out command is killed on the host."""
+        deadline = time.monotonic() + timeout
+        started = await self._start(command, asyncssh.STDOUT, deadline)
+        if isinstance(started, str):
+            return Output(command, None, "", started)
+        process = started.process
+        for line in started.preamble:
+            on_line(line)
+        try:
+            lines = await _read_lines(process.stdout.readline, deadline, on_line)
+            await asyncio.wait_for(process.wait_closed(), _left(deadline))
+        except (asyncio.TimeoutError, TimeoutError):
+            await self._stop(started)
+            return Output(command, None, "", f"no answer within {timeout:g} s")
+        except asyncio.CancelledError:
+            await self._stop(started)
+            raise
+        except (asyncssh.Error, OSError) as error:
+            return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
+        code = process.exit_status if process.exit_status is not None else 255
+        return Output(command, code, "\n".join([*started.preamble, *lines]))
+
+    async def _start(self, command: str, stderr: int, deadline: float) -> _Started | str:
+        """The command started with no stdin, once its shell has said its process group (or
+        the deadline passed); or why it could not start."""
+        opening = asyncio.ensure_future(
+            self._connection.create_process(
+                f"{_PREFIX}echo {_GROUP_MARK}$$; {command}", stderr=stderr, encoding=None
+            )
+        )
+        try:
+            process = await asyncio.shield(opening)
+            process.stdin.write_eof()
+            return await _told(process, deadline)
+        except asyncio.CancelledError:
+            await self._stop_opened(opening)
+            raise
+        except (asyncssh.Error, OSError) as error:
+            return f"SSH: {getattr(error, 'reason', error)}"
+
+    async def _stop_opened(self, opening: asyncio.Future[asyncssh.SSHClientProcess[bytes]]) -> None:
+        """Stopped while starting: the command may run on the host already (sshd starts it
+        before its answer arrives here), so let the start end, learn the group and kill it."""
+        with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError, TimeoutError):
+            process = await asyncio.wait_for(opening, _STOP_WAIT_S)
+            await self._stop(await _told(process, time.monotonic() + _STOP_WAIT_S))
+
+    async def _stop(self, started: _Started) -> None:
         """TERM the command's process group on the host, KILL what is left a moment later."""
-        process.close()
-        if not group or not group[0].isdigit():
+        started.process.close()
+        if started.group is None:
             return
-        pgid = group[0]
+        group = started.group
         with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(
                 self._connection.run(
-                    f"kill -TERM -- -{pgid} 2>/dev/null; sleep {_GRACE_S}; "
-                    f"kill -KILL -- -{pgid} 2>/dev/null; true",
+                    f"kill -TERM -- -{group} 2>/dev/null; sleep {_GRACE_S}; "
+                    f"kill -KILL -- -{group} 2>/dev/null; true",
                     check=False,
                 ),
                 _GRACE_S + 5.0,
             )
+
+
+async def _told(process: asyncssh.SSHClientProcess[bytes], deadline: float) -> _Started:
+    """The process with the group its shell says first (None if it says none by
+    ``deadline``), and the lines printed before that."""
+    preamble: list[str] = []
+    try:
+        while raw := await asyncio.wait_for(process.stdout.readline(), _left(deadline)):
+            line = _text(raw).rstrip("\n")
+            if line.startswith(_GROUP_MARK):
+                group = line.removeprefix(_GROUP_MARK)
+                return _Started(process, group if group.isdigit() else None, tuple(preamble))
+            preamble.append(line)  # a login shell's rc file that prints
+    except (asyncio.TimeoutError, TimeoutError, asyncssh.Error, OSError):
+        pass  # the command's own reading meets the same end, and says it
+    return _Started(process, None, tuple(preamble))
+
+
+def _left(deadline: float) -> float:
+    return max(0.1, deadline - time.monotonic())
+
+
+async def _read_capped(reader: asyncssh.SSHReader[bytes]) -> bytes:
+    """What a stream gives until its end, keeping the first `_MAX_OUTPUT` bytes: the rest is
+    read and dropped, so that the command can finish and a flood cannot fill memory."""
+    kept = bytearray()
+    while chunk := await reader.read(1 << 16):
+        kept += chunk[: _MAX_OUTPUT - len(kept)]
+    return bytes(kept)
 
 
 async def _spawn(command: str, stderr: int) -> asyncio.subprocess.Process:
