@@ -1,9 +1,16 @@
-"""The audit log: one JSON line per action the console ran, in the XDG state directory."""
+"""The audit log: one JSON line per action the console ran, in the XDG state directory.
+
+What was run on which host, by whom, is for the user alone: the log is 0600 in directories the
+console creates 0700 (as the XDG base directory spec asks of the directories it creates). Its own
+state directory and log are narrowed to those modes where an older version left them wider; a
+log named by $GPUCONSOLE_AUDIT_LOG keeps the mode its owner gave it, and is created 0600.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +18,13 @@ from typing import Any
 import platformdirs
 
 AUDIT_ENV = "GPUCONSOLE_AUDIT_LOG"
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def _state_dir() -> Path:
+    """The console's own XDG state directory (not created here)."""
+    return Path(platformdirs.user_state_dir("gpuconsole"))
 
 
 def audit_path() -> Path:
@@ -18,16 +32,37 @@ def audit_path() -> Path:
     override = os.environ.get(AUDIT_ENV)
     if override:
         return Path(override)
-    return Path(platformdirs.user_state_dir("gpuconsole")) / "audit.jsonl"
+    return _state_dir() / "audit.jsonl"
 
 
 def record(action: str, **details: Any) -> None:
     """Append one entry; the log is append-only so nothing earlier is ever rewritten."""
     path = audit_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    own = path.parent == _state_dir()
+    _make_private_dirs(path.parent)
+    if own:
+        _narrow(path.parent, DIR_MODE)
     entry = {"time": time.time(), "user": _user(), "action": action, **details}
-    with path.open("a", encoding="utf-8") as log:
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    with os.fdopen(descriptor, "a", encoding="utf-8") as log:
+        if own:
+            _narrow(path, FILE_MODE)
         log.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def _make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and every missing parent 0700 (`Path.mkdir` gives the parents the
+    umask's default, 0755)."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=DIR_MODE, exist_ok=True)
+
+
+def _narrow(path: Path, mode: int) -> None:
+    """Take away what ``mode`` does not allow (group and other bits, for these modes)."""
+    current = stat.S_IMODE(path.stat().st_mode)
+    if current & ~mode:
+        path.chmod(current & mode)
 
 
 def _user() -> str:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuconsole import __version__
+from gpuconsole import __version__, global_options
 
 if TYPE_CHECKING:
     from gpuconsole.actions.repair.model import Plan
@@ -34,6 +34,10 @@ q quits.
 # The demo rack starts this long before now: its trend lines are full and its first scheduled
 # faults have happened by the time the console opens.
 DEMO_LEAD_SECONDS = 900
+MAX_DEMO_HOSTS = 1000
+"""The most simulated hosts a demo rack has: each keeps about 1 MB of recent readings in the
+store, and takes about 0.1 s of CPU to start (a thousand: about a gigabyte and a minute and a
+half)."""
 
 EPILOG = """\
 examples:
@@ -295,12 +299,22 @@ def _add_demo_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--demo-hosts",
-        type=_positive_int,
+        type=_demo_hosts,
         default=6,
         metavar="N",
-        help="how many simulated hosts the demo rack has (default: 6)",
+        help=f"how many simulated hosts the demo rack has (default: 6, at most {MAX_DEMO_HOSTS})",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed of the simulated rack")
+
+
+def _demo_hosts(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_DEMO_HOSTS:
+        raise argparse.ArgumentTypeError(
+            f"more hosts than a simulated rack has (at most {MAX_DEMO_HOSTS}; each holds about "
+            "1 MB of recent readings)"
+        )
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -542,15 +556,13 @@ def run_triage(args: argparse.Namespace) -> int:
     from gpuconsole import health
     from gpuconsole.cli_output import findings_text
     from gpuconsole.jsonout import exit_code, finding_dict
-    from gpuconsole.telemetry.smi import SmiParseError, parse_dump
+    from gpuconsole.telemetry.smi import SmiParseError, parse_dump, read_dump
 
     path: Path = args.dump
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        snapshot = parse_dump(read_dump(path), host=path.stem, time=time.time())
     except OSError as error:
         return _fail(f"{path}: {error.strerror or error}")
-    try:
-        snapshot = parse_dump(text, host=path.stem, time=time.time())
     except SmiParseError as error:
         return _fail(f"{path}: {error}")
     findings = health.evaluate(snapshot)
@@ -902,7 +914,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cut = words.index("--")
         words, extra = words[:cut], words[cut + 1 :]
     parser = build_parser()
-    args = parser.parse_args(words)
+    args = global_options.parse(parser, words)
     if extra and args.command not in ("launch", "memory"):
         parser.error(
             "arguments after -- are passed to a recipe: only `launch` and `memory` take them"
@@ -926,8 +938,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "replay": run_replay,
         "bundle": run_bundle,
     }
+    from gpuconsole.terminal.plain import guarded_output
+
     try:
-        return runners[args.command](args)
+        with guarded_output():
+            return runners[args.command](args)
     except _Refused as refused:
         print(f"gpuconsole: {refused}", file=sys.stderr)
         return refused.code

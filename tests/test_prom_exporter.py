@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import NOW
 from prometheus_client.parser import text_string_to_metric_families
 from promserver import free_port, promtool, promtool_available
 
+from gpuconsole.cli import build_parser
 from gpuconsole.clock import ManualClock
 from gpuconsole.model import HostState
+from gpuconsole.prom import commands as prom_commands
 from gpuconsole.prom import dcgm
+from gpuconsole.prom import exporter as exporter_module
 from gpuconsole.prom.exporter import Exporter
-from gpuconsole.telemetry.sim import SimRack, SimSource
+from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 
 needs_promtool = pytest.mark.skipif(not promtool_available(), reason="promtool is not installed")
 GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
@@ -224,3 +232,160 @@ def test_cli_exporter_port_in_use_is_one_line() -> None:
     assert result.stderr.strip() == (
         f"gpuconsole: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
+
+
+# --- exposure: where it listens, and a burst of scrapers ------------------------------------------
+
+BURST = 200
+"""Concurrent scrapers: a Prometheus fleet scraping at the same instant, or one with many jobs."""
+TCP_INFO_TOTAL_RETRANS = 100
+"""Offset of ``tcpi_total_retrans`` (u32) in Linux's ``struct tcp_info``."""
+
+
+def somaxconn() -> int | None:
+    try:
+        return int(Path("/proc/sys/net/core/somaxconn").read_text())
+    except OSError:
+        return None
+
+
+def raw_scrape(port: int) -> tuple[str, int]:
+    """GET /metrics on a socket of our own: (the response, segments the kernel had to send again).
+
+    On loopback nothing is lost, so a retransmission means the listen queue had no room for the
+    connection: its SYN (or the ACK that completes it) was dropped and sent again after a second.
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    (retransmitted,) = struct.unpack_from("I", info, TCP_INFO_TOTAL_RETRANS)
+    return b"".join(chunks).decode(), retransmitted
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads Linux's TCP_INFO")
+def test_a_burst_of_200_scrapers_is_served_without_a_retry(
+    exporter: tuple[Exporter, str],
+) -> None:
+    """All connect at once (a barrier), loopback only; each has a 60 s bound, so the test stops
+    by itself. socketserver's default backlog of 5 drops most of them for a SYN retry."""
+    if (somaxconn() or BURST) < BURST:
+        pytest.skip(
+            f"net.core.somaxconn is {somaxconn()}: the kernel caps the backlog below {BURST}"
+        )
+    port = int(exporter[1].rsplit(":", 1)[1].split("/")[0])
+    barrier = threading.Barrier(BURST)
+    results: list[tuple[str, int] | BaseException] = []
+
+    def scraper() -> None:
+        barrier.wait(timeout=60)
+        try:
+            results.append(raw_scrape(port))
+        except OSError as error:
+            results.append(error)
+
+    threads = [threading.Thread(target=scraper) for _ in range(BURST)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert not failures, failures[:3]
+    responses = [r for r in results if not isinstance(r, BaseException)]
+    assert len(responses) == BURST
+    assert all(text.startswith("HTTP/1.0 200") for text, _ in responses)
+    assert all("DCGM_FI_DEV_GPU_UTIL{" in text for text, _ in responses)
+    retried = sum(1 for _, retransmitted in responses if retransmitted)
+    assert retried == 0, f"{retried} of {BURST} connections had to be sent again"
+
+
+def test_the_backlog_has_room_for_the_burst() -> None:
+    assert exporter_module.LISTEN_BACKLOG >= BURST
+    served = Exporter(SimSource(demo_rack(hosts=1, seed=7), ManualClock(NOW)))
+    try:
+        served.listen("127.0.0.1", 0)
+        assert served._server is not None
+        assert served._server.request_queue_size == exporter_module.LISTEN_BACKLOG
+    finally:
+        served.close()
+
+
+def test_the_exporter_listens_on_loopback_unless_told_otherwise() -> None:
+    args = build_parser().parse_args(["exporter"])
+    assert args.address == "127.0.0.1"
+    assert prom_commands.DEFAULT_ADDRESS == "127.0.0.1"
+
+
+def serve_until_listening(*options: str) -> tuple[subprocess.Popen[str], str]:
+    """`gpuconsole exporter --demo --port 0 OPTIONS`, and the line that says where it serves."""
+    process = subprocess.Popen(
+        [*GPUCONSOLE, "exporter", "--demo", "--port", "0", *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stderr is not None
+    watchdog = threading.Timer(60, process.kill)  # a bound, should it never say a word
+    watchdog.start()
+    line = process.stderr.readline()  # the exporter says where it serves, or why it cannot
+    watchdog.cancel()
+    return process, line
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_cli_exporter_binds_127_0_0_1_by_default() -> None:
+    process, line = serve_until_listening()
+    try:
+        match = re.fullmatch(r"gpuconsole: serving 6 hosts at http://(.+):(\d+)/metrics .*\n", line)
+        assert match, line
+        assert match[1] == "127.0.0.1"
+        assert "DCGM_FI_DEV_GPU_UTIL" in scrape(f"http://127.0.0.1:{match[2]}/metrics")
+    finally:
+        stop(process)
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
+@pytest.mark.parametrize("address", ["::1", "[::1]"])
+def test_cli_exporter_on_ipv6_loopback(address: str) -> None:
+    process, line = serve_until_listening("--address", address)
+    try:
+        match = re.fullmatch(
+            r"gpuconsole: serving 6 hosts at http://\[::1\]:(\d+)/metrics .*\n", line
+        )
+        assert match, line
+        assert "DCGM_FI_DEV_GPU_UTIL" in scrape(f"http://[::1]:{match[1]}/metrics")
+    finally:
+        stop(process)
+
+
+def test_cli_exporter_bad_address_is_one_line() -> None:
+    result = subprocess.run(
+        [*GPUCONSOLE, "exporter", "--demo", "--address", "no.such.host.invalid", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 3
+    assert result.stderr.startswith("gpuconsole: cannot listen on no.such.host.invalid:0: ")
+    assert len(result.stderr.strip().splitlines()) == 1

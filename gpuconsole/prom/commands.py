@@ -19,6 +19,8 @@ from gpuconsole.telemetry import Source
 
 DEFAULT_PORT = 9400
 """dcgm-exporter's port: Prometheus scrape configs written for it work unchanged."""
+DEFAULT_ADDRESS = "127.0.0.1"
+"""This machine only: what hosts and jobs run where is not for the whole network unless asked."""
 EXIT_BAD_INPUT = 2
 EXIT_UNREADABLE = 3
 
@@ -39,7 +41,11 @@ def add_commands(
         "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any)"
     )
     exporter.add_argument(
-        "--address", default="0.0.0.0", help="address to listen on (default: all)"
+        "--address",
+        type=_address,
+        default=DEFAULT_ADDRESS,
+        help=f"address to listen on (default: {DEFAULT_ADDRESS}, this machine only; 0.0.0.0 "
+        "or :: for every interface; IPv6 as ::1 or [::1])",
     )
     exporter.add_argument(
         "--refresh",
@@ -70,16 +76,21 @@ def add_commands(
             "or hostname (dcgm-exporter 4.8.3 and later)",
         )
         if name == "rules":
+            # SUPPRESS: when not given here, args.alerts stays what `gpuconsole --alerts FILE`
+            # set (a subcommand's default would overwrite the global option's value).
             export.add_argument(
                 "--alerts",
                 type=Path,
+                default=argparse.SUPPRESS,
                 metavar="FILE",
-                help="alert rules file (default: $GPUCONSOLE_ALERTS, else alerts.toml in the "
-                "XDG config dir)",
+                help="alert rules file (default: the global --alerts, else $GPUCONSOLE_ALERTS, "
+                "else alerts.toml in the XDG config dir)",
             )
 
 
 def run_rules_export(args: argparse.Namespace) -> int:
+    """Export the rules the console would load: of ``--alerts`` (given before or after ``rules
+    export``), else of $GPUCONSOLE_ALERTS, else of the default file, else the built-in ones."""
     from gpuconsole.alerts.config import load_rules
     from gpuconsole.alerts.rules import RuleError
     from gpuconsole.prom.rules_export import rules_yaml
@@ -112,7 +123,8 @@ def run_exporter(args: argparse.Namespace, source_of: Callable[[], Source]) -> i
             address, port = exporter.listen(args.address, args.port)
         except OSError as error:
             return _fail(
-                f"cannot listen on {args.address}:{args.port}: {error.strerror or error}",
+                f"cannot listen on {_host_port(args.address, args.port)}: "
+                f"{error.strerror or error}",
                 EXIT_UNREADABLE,
             )
         stop = threading.Event()
@@ -125,7 +137,7 @@ def run_exporter(args: argparse.Namespace, source_of: Callable[[], Source]) -> i
         hosts = len(exporter.store.hosts)
         print(
             f"gpuconsole: serving {hosts} host{'s' if hosts != 1 else ''} at "
-            f"http://{address}:{port}/metrics (Ctrl+C stops)",
+            f"http://{_host_port(address, port)}/metrics (Ctrl+C stops)",
             file=sys.stderr,
             flush=True,
         )
@@ -136,6 +148,16 @@ def run_exporter(args: argparse.Namespace, source_of: Callable[[], Source]) -> i
         if close is not None:
             close()
     return 0
+
+
+def _address(text: str) -> str:
+    """``--address``: an IPv6 address may come bracketed, as a URL writes it."""
+    return text[1:-1] if text.startswith("[") and text.endswith("]") else text
+
+
+def _host_port(address: str, port: int) -> str:
+    """``127.0.0.1:9400``, ``[::1]:9400``."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def _write(output: Path | None, text: str) -> int:

@@ -8,17 +8,20 @@ expects; here they are gauges, which queries read the same way. And a reading th
 report is left out rather than written as 0.
 
 Polling runs in its own thread into a fleet store; a scrape only formats what the store holds.
+Scrapes are served a thread each, by prometheus_client's WSGI app.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpuconsole.model import GpuState, HostState
@@ -26,6 +29,28 @@ from gpuconsole.poller import collect, ingest
 from gpuconsole.prom import dcgm
 from gpuconsole.store import FleetStore
 from gpuconsole.telemetry import Source
+
+LISTEN_BACKLOG = 1024
+"""Connections the kernel queues for the server before it accepts them. socketserver's default,
+5, overflowed under a burst of 200 scrapes (a connection without room waits for the kernel's SYN
+retry: 1 s, 3 s, 7 s ...); Linux caps the value at net.core.somaxconn (4096 since kernel 5.4)."""
+
+
+class _MetricsServer(ThreadingWSGIServer):
+    """A thread per scrape, with room in the listen queue for a burst of them (IPv4)."""
+
+    request_queue_size = LISTEN_BACKLOG
+
+
+class _MetricsServer6(_MetricsServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line on stderr for each scrape."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
 
 
 def gpu_labels(host: str, gpu: GpuState) -> list[str]:
@@ -108,7 +133,7 @@ class Exporter:
         self._lock = threading.Lock()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(FleetCollector(self.store, self._lock))
-        self._server: WSGIServer | None = None
+        self._server: _MetricsServer | None = None
 
     def poll_once(self) -> None:
         """Read every host once (blocking) and record the readings."""
@@ -119,9 +144,17 @@ class Exporter:
     def listen(self, address: str, port: int) -> tuple[str, int]:
         """Start serving ``/metrics`` in a background thread; the address and port bound.
 
-        OSError when the port cannot be bound.
+        ``address`` is an IPv4 or IPv6 address or a host name. OSError when it cannot be
+        resolved or the port cannot be bound.
         """
-        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        family, _, _, _, sockaddr = socket.getaddrinfo(
+            address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        server_class = _MetricsServer6 if family == socket.AF_INET6 else _MetricsServer
+        server = make_server(
+            sockaddr[0], port, make_wsgi_app(self.registry), server_class, _QuietHandler
+        )
+        threading.Thread(target=server.serve_forever, name="exporter-http", daemon=True).start()
         self._server = server
         bound_address, bound_port = server.server_address[:2]
         return str(bound_address), int(bound_port)

@@ -12,7 +12,7 @@ The package, one job a module: ``values`` (the value helpers and `SmiParseError`
 ``source`` (`SmiSource` and running nvidia-smi).
 """
 
-from gpuconsole.telemetry.smi.dump import parse_dump, parse_q_text, parse_xml
+from gpuconsole.telemetry.smi.dump import parse_dump, parse_q_text, parse_xml, read_dump
 from gpuconsole.telemetry.smi.query import (
     QUERY_COMPUTE_APPS_FIELDS,
     QUERY_GPU_FIELDS,
@@ -37,5 +37,6 @@ __all__ = [
     "parse_query_gpu_csv",
     "parse_topo_m",
     "parse_xml",
+    "read_dump",
     "run_command",
 ]

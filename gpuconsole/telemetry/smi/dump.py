@@ -1,12 +1,19 @@
 """nvidia-smi's ``-q -x`` XML and ``-q`` text dumps read into a `HostSnapshot`: both are read
-into one tree of entries, then each GPU's section through its format's paths."""
+into one tree of entries, then each GPU's section through its format's paths.
+
+The tree is bounded as it is built (`MAX_ENTRIES`, `MAX_DEPTH`) and its text by `MAX_OUTPUT_SIZE`;
+`read_dump` reads a saved dump within that size, whatever the file is.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from gpuconsole.model import (
@@ -19,6 +26,9 @@ from gpuconsole.model import (
     RowRemap,
 )
 from gpuconsole.telemetry.smi.values import (
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    MAX_OUTPUT_SIZE,
     SmiParseError,
     _flag,
     _folded,
@@ -28,7 +38,10 @@ from gpuconsole.telemetry.smi.values import (
     _number,
     _process,
     _text,
+    check_size,
+    size_text,
 )
+from gpuconsole.untrusted import MAX_GPUS, vetted
 
 T = TypeVar("T")
 
@@ -70,6 +83,34 @@ class _Node:
             yield from child.descendants()
 
 
+def _check_tree(entries: int, depth: int) -> None:
+    """SmiParseError once a tree being built passes `MAX_ENTRIES` entries or `MAX_DEPTH` levels."""
+    if entries > MAX_ENTRIES:
+        raise SmiParseError(f"more than {MAX_ENTRIES} entries: not a dump of one host")
+    if depth > MAX_DEPTH:
+        raise SmiParseError(f"nested deeper than {MAX_DEPTH} levels: not an nvidia-smi dump")
+
+
+class _BoundedTreeBuilder(ET.TreeBuilder):
+    """xml.etree's tree builder, stopped by `_check_tree` as the parser reads: a crafted dump is
+    refused before its tree fills memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._entries = 0
+        self._depth = 0
+
+    def start(self, tag: str, attrs: dict[str, str]) -> ET.Element:
+        self._entries += 1
+        self._depth += 1
+        _check_tree(self._entries, self._depth)
+        return super().start(tag, attrs)
+
+    def end(self, tag: str) -> ET.Element:
+        self._depth -= 1
+        return super().end(tag)
+
+
 def _from_element(element: ET.Element) -> _Node:
     return _Node(
         key=_norm(element.tag),
@@ -80,7 +121,18 @@ def _from_element(element: ET.Element) -> _Node:
 
 
 _BANNER = "NVSMI LOG"
-_KEY_VALUE = re.compile(r"(?P<key>[^:]*?\S)\s*:(?:\s+(?P<value>.*?))?\s*")
+_KEY = re.compile(r"(?P<key>[^:]*?\S)\s*:(?=\s|\Z)")
+"""A ``-q`` line's key and the colon after it, which whitespace or the line's end follows (so
+"GPU 00000000:18:00.0" is a section label). The value is the rest, stripped: the lazy value
+group of the regex this replaced made a value's inner spaces cost quadratic time."""
+
+
+def _key_value(content: str) -> tuple[str, str]:
+    """A stripped ``-q`` line as (key, value): ``Key : value``, ``Key :``, else a section label."""
+    match = _KEY.match(content)
+    if match is None:
+        return content, ""
+    return match["key"], content[match.end() :].strip()
 
 
 def _text_tree(text: str) -> _Node:
@@ -89,15 +141,17 @@ def _text_tree(text: str) -> _Node:
         raise SmiParseError(f"not nvidia-smi -q text: no {_BANNER!r} banner at the top")
     root = _Node("", "")
     stack: list[tuple[int, _Node]] = [(-1, root)]
+    entries = 0
     for line in text.splitlines():
         content = line.strip()
         if not content or _BANNER in content:
             continue
-        match = _KEY_VALUE.fullmatch(content)
-        key, value = (match["key"], match["value"] or "") if match else (content, "")
+        key, value = _key_value(content)
         indent = len(line) - len(line.lstrip(" "))
         while stack[-1][0] >= indent:
             stack.pop()
+        entries += 1
+        _check_tree(entries, len(stack))
         node = _Node(_norm(key), value, label=key)
         stack[-1][1].children.append(node)
         stack.append((indent, node))
@@ -415,21 +469,28 @@ def _text_processes(node: _Node, gpu: int) -> list[GpuProcess]:
 
 
 def _snapshot(
-    sections: Iterable[tuple[_Node, str | None]],
+    sections: Sequence[tuple[_Node, str | None]],
     paths: Mapping[str, tuple[str, ...]],
     processes_of: Callable[[_Node, int], list[GpuProcess]],
     versions: tuple[str | None, str | None],
     host: str,
     time: float,
 ) -> HostSnapshot:
-    """GPUs are numbered in the order the dump lists them, as nvidia-smi numbers them."""
+    """GPUs are numbered in the order the dump lists them, as nvidia-smi numbers them.
+
+    A dump of more GPUs than a host can have is refused before they are read (~0.2 ms each).
+    """
+    if len(sections) > MAX_GPUS:
+        raise SmiParseError(
+            f"{len(sections)} GPU sections, more than the {MAX_GPUS} a host can have"
+        )
     gpus, processes = [], []
     for index, (node, bus_id) in enumerate(sections):
         gpu = _gpu_state(_Gpu(node, paths, index, bus_id))
         gpus.append(gpu)
         if not gpu.lost:
             processes += processes_of(node, index)
-    return HostSnapshot(
+    snapshot = HostSnapshot(
         host=host,
         time=time,
         gpus=tuple(gpus),
@@ -438,11 +499,27 @@ def _snapshot(
         cuda_version=_text(versions[1]),
         source="nvidia-smi",
     )
+    return vetted(snapshot)
 
 
 # --- -q -x XML, -q text, either ------------------------------------------------------------------
 
-_INTERNAL_SUBSET = re.compile(r"<!DOCTYPE[^>\[]*\[")
+
+def _has_internal_subset(text: str) -> bool:
+    """Whether a ``<!DOCTYPE`` opens a ``[`` before its ``>``; each stretch is scanned once."""
+    return any("[" in part.partition(">")[0] for part in text.split("<!DOCTYPE")[1:])
+
+
+def _xml_root(text: str) -> ET.Element:
+    """The dump's element tree; SmiParseError for XML that is not well-formed or not bounded."""
+    parser = ET.XMLParser(target=_BoundedTreeBuilder())
+    try:
+        parser.feed(text)
+        return parser.close()
+    except ET.ParseError as error:
+        raise SmiParseError(f"not well-formed XML ({error})") from None
+    except UnicodeEncodeError as error:  # a lone surrogate, as JSON's "\ud800" decodes
+        raise SmiParseError(f"not text: {error.reason} at character {error.start}") from None
 
 
 def parse_xml(text: str, host: str, time: float) -> HostSnapshot:
@@ -450,17 +527,16 @@ def parse_xml(text: str, host: str, time: float) -> HostSnapshot:
 
     nvidia-smi names an external DTD (``nvsmi_device_v13.dtd``), which is not fetched. A DOCTYPE
     with an internal subset or any ENTITY declaration is refused: nvidia-smi writes neither, and
-    entities can expand without bound.
+    xml.etree expands internal entities (only expat's amplification limit, after megabytes, stops
+    a "billion laughs").
     """
-    if "<!ENTITY" in text or _INTERNAL_SUBSET.search(text):
+    check_size(text, "the XML")
+    if "<!ENTITY" in text or _has_internal_subset(text):
         raise SmiParseError(
             "refusing XML with ENTITY declarations or an internal DTD subset "
             "(nvidia-smi writes neither)"
         )
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as error:
-        raise SmiParseError(f"not well-formed XML ({error})") from None
+    root = _xml_root(text)
     if root.tag != "nvidia_smi_log":
         raise SmiParseError(f"not an nvidia-smi -q -x dump: its root is <{root.tag}>")
     sections = [(_from_element(gpu), gpu.get("id")) for gpu in root.iterfind("gpu")]
@@ -473,6 +549,7 @@ _GPU_SECTION = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\
 
 def parse_q_text(text: str, host: str, time: float) -> HostSnapshot:
     """A plain ``nvidia-smi -q`` dump (also ``-q -d ...``: the fields it holds) as a snapshot."""
+    check_size(text, "the text")
     root = _text_tree(text)
     sections = [
         (node, match[1]) for node in root.children if (match := _GPU_SECTION.fullmatch(node.label))
@@ -483,6 +560,7 @@ def parse_q_text(text: str, host: str, time: float) -> HostSnapshot:
 
 def parse_dump(text: str, host: str, time: float) -> HostSnapshot:
     """A saved dump, ``-q -x`` XML or ``-q`` text, told apart by how it starts."""
+    check_size(text, "the dump")
     head = text.lstrip("\ufeff \t\r\n")
     first_line = head.partition("\n")[0].strip()
     if head.startswith("<"):
@@ -494,3 +572,30 @@ def parse_dump(text: str, host: str, time: float) -> HostSnapshot:
     raise SmiParseError(
         f"neither nvidia-smi -q -x XML nor -q text: it starts with {first_line[:60]!r}"
     )
+
+
+_SIZE_BOUND = (
+    f"the {size_text(MAX_OUTPUT_SIZE)} a dump may be (nvidia-smi -q -x of 8 GPUs is ~220 KB)"
+)
+
+
+def read_dump(path: Path) -> str:
+    """A saved dump's text, never more than `MAX_OUTPUT_SIZE` bytes read, whatever ``path`` is: a
+    file whose size says it is too large is refused unread, and a pipe or device (``/dev/zero``)
+    is read one byte past the bound at most.
+
+    OSError when it cannot be read; SmiParseError when it is too large or not text. Bytes that are
+    not UTF-8 become U+FFFD (a process name on the host can hold any bytes); a NUL byte, which no
+    dump holds, means UTF-16 or binary.
+    """
+    with path.open("rb") as dump:
+        status = os.fstat(dump.fileno())
+        if stat.S_ISREG(status.st_mode) and status.st_size > MAX_OUTPUT_SIZE:
+            raise SmiParseError(f"{size_text(status.st_size)}, larger than {_SIZE_BOUND}")
+        data = dump.read(MAX_OUTPUT_SIZE + 1)
+    if len(data) > MAX_OUTPUT_SIZE:
+        raise SmiParseError(f"it holds more than {_SIZE_BOUND}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise SmiParseError(f"not a text dump: a NUL byte at offset {nul} (UTF-16, or binary)")
+    return data.decode("utf-8", errors="replace")

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuconsole.model import EccCounts, GpuProcess, GpuState, PcieLink
 from gpuconsole.telemetry.smi.values import (
+    MAX_ENTRIES,
     SmiParseError,
     _flag,
     _integer,
@@ -18,6 +19,7 @@ from gpuconsole.telemetry.smi.values import (
     _process,
     _reason_mask,
     _text,
+    check_size,
 )
 
 # --- CSV -----------------------------------------------------------------------------------------
@@ -71,7 +73,7 @@ _FIELD_NAME = re.compile(r"([a-z_][a-z0-9_.]*)(?:\s*\[[^\]]*\])?")
 
 def _csv_records(text: str, fields: Sequence[str] | None) -> list[dict[str, str]]:
     """Rows as {field: raw value}; the header line, when there is one, names the fields."""
-    rows = [row for row in csv.reader(text.splitlines(), skipinitialspace=True) if row]
+    rows = _csv_rows(text)
     if not rows:
         return []
     header = [_FIELD_NAME.fullmatch(cell.strip()) for cell in rows[0]]
@@ -88,6 +90,21 @@ def _csv_records(text: str, fields: Sequence[str] | None) -> list[dict[str, str]
         if len(row) != len(names):
             raise SmiParseError(f"CSV row {number} has {len(row)} values for {len(names)} fields")
     return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def _csv_rows(text: str) -> list[list[str]]:
+    """The non-empty rows, at most `MAX_ENTRIES` of them."""
+    check_size(text, "the CSV")
+    rows = []
+    try:
+        for row in csv.reader(text.splitlines(), skipinitialspace=True):
+            if row:
+                rows.append(row)
+            if len(rows) > MAX_ENTRIES:
+                raise SmiParseError(f"CSV of more than {MAX_ENTRIES} rows: not one host's")
+    except csv.Error as error:  # a field over csv's own limit (128 KiB)
+        raise SmiParseError(f"not nvidia-smi CSV: {error}") from None
+    return rows
 
 
 def parse_query_gpu_csv(text: str, fields: Sequence[str] | None = None) -> list[GpuState]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from gpuconsole.model import Topology
-from gpuconsole.telemetry.smi.values import SmiParseError, _integer, _text
+from gpuconsole.telemetry.smi.values import MAX_ENTRIES, SmiParseError, _integer, _text, check_size
 
 # --- topo -m -------------------------------------------------------------------------------------
 
@@ -16,12 +16,15 @@ _GPU_LABEL = re.compile(r"GPU\d+")
 
 def _topo_rows(text: str) -> list[list[str]]:
     """The cells of each line up to the legend, colour codes stripped, blank lines left out."""
+    check_size(text, "the topo -m output")
     rows = []
     for line in _ANSI.sub("", text).splitlines():
         if line.strip().startswith("Legend"):
             break
         if line.strip():
             rows.append([cell.strip() for cell in _CELLS.split(line)])
+        if len(rows) > MAX_ENTRIES:
+            raise SmiParseError(f"topo -m of more than {MAX_ENTRIES} rows: not one host's")
     return rows
 
 
@@ -54,5 +57,12 @@ def parse_topo_m(text: str) -> Topology:
     return Topology(
         matrix=tuple(matrix),
         cpu_affinity=tuple(_text(a.get("CPU Affinity")) for a in affinities),
-        numa_affinity=tuple(_integer(a.get("NUMA Affinity")) for a in affinities),
+        numa_affinity=tuple(_numa_node(a.get("NUMA Affinity")) for a in affinities),
     )
+
+
+def _numa_node(text: str | None) -> int | None:
+    try:
+        return _integer(text)
+    except ValueError as error:
+        raise SmiParseError(f"topo -m NUMA Affinity: {error}") from None

@@ -1,5 +1,6 @@
 """The value helpers every nvidia-smi parser shares: what reads as missing, numbers, whole
-numbers, flags, NVML codes, the clock-event reason bits, a process row, and `SmiParseError`."""
+numbers, flags, NVML codes, the clock-event reason bits, a process row, `SmiParseError`, and the
+bounds on what a parser reads."""
 
 from __future__ import annotations
 
@@ -10,6 +11,42 @@ from gpuconsole.model import THROTTLE_REASON_BITS, GpuProcess
 
 class SmiParseError(ValueError):
     """nvidia-smi output that cannot be read; the message is one line that says what is wrong."""
+
+
+# --- bounds --------------------------------------------------------------------------------------
+# What the parsers read comes from watched hosts and from files attached to tickets: anyone's. A
+# real `nvidia-smi -q -x` is 27 KB and ~560 elements per GPU (the H200's, driver 580, in
+# tests/fixtures/nvidia-smi/), so ~220 KB and ~4,500 elements for 8 GPUs. Without bounds a
+# crafted input costs ~60 MiB of memory per MiB parsed (a flat run of `<a/>` or `a : b` lines).
+
+MAX_OUTPUT_SIZE = 8 << 20
+"""The most output a parser takes: characters of text, bytes of a dump file (~38 times an 8-GPU
+dump)."""
+MAX_ENTRIES = 200_000
+"""The most entries a parser builds: elements of XML, lines of ``-q`` text, CSV or ``topo -m``
+rows (~44 times an 8-GPU dump)."""
+MAX_DEPTH = 32
+"""The deepest nesting a dump may have: nvidia-smi's is 6 levels, and its tree is walked
+recursively."""
+
+
+def check_size(text: str, what: str) -> None:
+    """SmiParseError when ``text`` is larger than a parser takes."""
+    if len(text) > MAX_OUTPUT_SIZE:
+        raise SmiParseError(
+            f"{what} is {size_text(len(text))}, more than the {size_text(MAX_OUTPUT_SIZE)} "
+            "nvidia-smi output may be"
+        )
+
+
+def size_text(size: int) -> str:
+    """A size for a message: "812 bytes", "8.0 MiB", "1.0 GiB"."""
+    if size < 1 << 10:
+        return f"{size} bytes"
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):.1f} {unit}"
+    return f"{size / 1024:.1f} KiB"
 
 
 # --- values --------------------------------------------------------------------------------------

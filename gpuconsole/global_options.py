@@ -1,0 +1,119 @@
+"""Which of `gpuconsole`'s global options each command reads, and the parse that holds them to it.
+
+A global option is one given before the command: ``gpuconsole --refresh 5 record``. argparse
+alone gets two things wrong with them. A command that has an option of the same name (record's
+own ``--refresh``) writes that option's default over the value given before it; and a command
+that reads no such option ignores it. So while parsing, every global option (at the top and in
+each command) has no default, which tells what was given from what was not; a given one that the
+command does not read is refused, and the defaults are filled in afterwards. Given both before
+and after the command, the later one wins, as a repeated option does.
+
+`USES` is written from what each runner reads (``run_*`` in `gpuconsole.cli` and the modules
+they call); its test checks it against the parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Sequence
+
+COMMAND_DEST = "_command_words"
+"""Where the parse notes the command, as `USES` names it ("" for the console itself)."""
+
+DEMO = frozenset({"demo", "demo_hosts", "seed"})
+INVENTORY = frozenset({"hosts", "inventory"})
+SOURCE = DEMO | INVENTORY | {"prometheus", "refresh"}
+"""What `gpuconsole.cli._console_source` reads: the demo rack, a Prometheus server, or this host
+and the inventory's hosts polled every --refresh seconds."""
+
+USES: dict[str, frozenset[str]] = {
+    "": SOURCE | {"theme", "alerts", "record", "no_record"},
+    "snapshot": DEMO | INVENTORY,
+    "triage": frozenset(),
+    "hosts check": INVENTORY,
+    "verify": INVENTORY,
+    "repair": INVENTORY,
+    "launch": INVENTORY,
+    "memory": INVENTORY,
+    "bench history": frozenset(),
+    "oom": DEMO | INVENTORY,
+    "exporter": SOURCE,
+    "rules export": frozenset({"alerts"}),
+    "grafana export": frozenset(),
+    "record": SOURCE | {"alerts", "record"},
+    "replay": frozenset({"theme", "alerts"}),
+    "bundle": DEMO | INVENTORY | {"alerts", "record"},
+}
+"""Command -> the global options (by dest) it reads."""
+
+
+def parse(parser: argparse.ArgumentParser, words: Sequence[str]) -> argparse.Namespace:
+    """``words`` parsed by ``parser`` (which this changes: call it once per parser).
+
+    Exits 2 with one line when a global option is given to a command that does not read it.
+    """
+    flags = global_flags(parser)
+    defaults = _suppress_defaults(parser, flags)
+    args = parser.parse_args(words)
+    command = getattr(args, COMMAND_DEST, "")
+    if command:
+        delattr(args, COMMAND_DEST)
+    for dest, flag in flags.items():
+        if not hasattr(args, dest):
+            setattr(args, dest, defaults.get((command, dest), defaults[("", dest)]))
+        elif dest not in USES[command]:
+            parser.exit(2, f"{parser.prog}: {flag} does not apply to `{command}`\n")
+    return args
+
+
+# argparse has no public way to list a parser's options or commands: `_actions` and
+# `_SubParsersAction` are how its own help formatter finds them.
+
+
+def global_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """The top-level options that hold a value (not --help, --version): dest -> long flag."""
+    return {
+        action.dest: action.option_strings[-1]
+        for action in parser._actions
+        if action.option_strings and action.default is not argparse.SUPPRESS
+    }
+
+
+def _commands(
+    parser: argparse.ArgumentParser, words: str = ""
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every parser of the tree with its command words, the top one ("") first."""
+    yield words, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, f"{words} {name}".strip())
+
+
+def leaf_commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The commands that run something (``rules export``, not ``rules``), and the console."""
+    return {
+        words: sub
+        for words, sub in _commands(parser)
+        if not words or not any(isinstance(a, argparse._SubParsersAction) for a in sub._actions)
+    }
+
+
+def _suppress_defaults(
+    parser: argparse.ArgumentParser, flags: dict[str, str]
+) -> dict[tuple[str, str], object]:
+    """Take the defaults of the global options off every parser: (command, dest) -> default.
+
+    Each command that runs notes its words in the namespace (`COMMAND_DEST`).
+    """
+    defaults: dict[tuple[str, str], object] = {}
+    leaves = leaf_commands(parser)
+    for words, sub in _commands(parser):
+        for action in sub._actions:
+            if action.dest in flags and action.option_strings:
+                if action.default is not argparse.SUPPRESS:
+                    defaults[(words, action.dest)] = action.default
+                action.default = argparse.SUPPRESS
+        if words in leaves and words:
+            sub.set_defaults(**{COMMAND_DEST: words})
+    return defaults
