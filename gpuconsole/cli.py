@@ -818,16 +818,19 @@ def run_memory(args: argparse.Namespace) -> int:
 
 
 def run_oom(args: argparse.Namespace) -> int:
-    from gpuconsole.actions.memory.oom import OomParseError, diagnose, parse_oom
+    from gpuconsole.actions.memory.oom import OomParseError, diagnose, parse_oom, read_log
     from gpuconsole.actions.memory.output import diagnosis_dict, diagnosis_text
 
     name = "stdin" if args.log == "-" else args.log
     try:
-        text = sys.stdin.read() if args.log == "-" else Path(args.log).read_text(errors="replace")
+        if args.log == "-":
+            text = read_log(sys.stdin.buffer)
+        else:
+            with Path(args.log).open("rb") as log:
+                text = read_log(log)
+        message = parse_oom(text)
     except OSError as error:
         return _fail(f"{name}: {error.strerror or error}")
-    try:
-        message = parse_oom(text)
     except OomParseError as error:
         return _fail(f"{name}: {error}")
     processes = ()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import gpuconsole.actions.memory.oom as oom
 from gpuconsole.actions.memory.oom import OomParseError, diagnose, parse_oom
 from gpuconsole.model import GpuProcess
 
@@ -142,3 +143,25 @@ def test_oom_on_bad_input_says_which_file(tmp_path: Path) -> None:
     done = _oom(str(plain))
     assert done.returncode != 0
     assert done.stderr.strip().startswith(f"gpuconsole: {plain}: no 'CUDA out of memory")
+
+
+def test_a_huge_log_is_read_from_its_tail(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    with log.open("wb") as out:  # sparse: 2 GiB of zeros, then the message
+        out.truncate(2 << 30)
+        out.seek(0, 2)
+        out.write(f"\n{V2_1_FRAGMENTED}\n".encode())
+    done = _oom(str(log))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("fragmentation:")
+
+
+def test_an_endless_pipe_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(oom, "MAX_STREAM_BYTES", 3 << 20)  # 3 MiB of /dev/zero, not a GiB
+    with open("/dev/zero", "rb") as zeros, pytest.raises(OomParseError, match="without an end"):
+        oom.read_log(zeros)
+
+
+def test_a_number_no_allocator_writes_is_no_message() -> None:
+    text = V2_1_FRAGMENTED.replace("GPU 0 has", "GPU " + "9" * 5000 + " has")
+    assert parse_oom(text).gpu is None  # not a traceback from int() of 5000 digits

@@ -18,23 +18,31 @@ memory; or the job is simply too big. Each gets its fixes, cheapest first.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from gpuconsole.model import GpuProcess
 
-_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|KiB|MiB|GiB|TiB)"
+# Bounded digits: a longer number is no allocator's message (and int() refuses 4300 digits).
+_SIZE = r"(\d{1,15}(?:\.\d{1,6})?)\s*(bytes|KiB|MiB|GiB|TiB)"
 _UNITS_MIB = {"bytes": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0, "TiB": 1024.0**2}
 _MARKER = re.compile(r"CUDA out of memory\. Tried to allocate " + _SIZE)
 _OLD = re.compile(
-    r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; "
+    r"\(GPU (\d{1,4}); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; "
     r"" + _SIZE + r" free; " + _SIZE + r" (?:reserved in total by PyTorch|cached)"
 )
 _NEW_TOTAL = re.compile(
-    r"GPU (\d+) has a total (?:capacity|capacty) of " + _SIZE + r" of which " + _SIZE + " is free"
+    r"GPU (\d{1,4}) has a total (?:capacity|capacty) of "
+    + _SIZE
+    + r" of which "
+    + _SIZE
+    + " is free"
 )
-_NEW_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
+_NEW_PROCESS = re.compile(r"Process (\d{1,10}) has " + _SIZE + r" memory in use")
 _NEW_SELF = re.compile(r"this process has " + _SIZE + r" memory in use")
 _NEW_SPLIT = re.compile(
     r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch, and " + _SIZE
@@ -98,6 +106,28 @@ class OomDiagnosis:
     message: OomMessage
     fixes: tuple[Fix, ...]
     others: tuple[GpuProcess, ...] = field(default=())
+
+
+MAX_LOG_BYTES = 16 << 20
+"""How much of a log is read: its last 16 MiB, where the newest out-of-memory message is."""
+MAX_STREAM_BYTES = 1 << 30
+"""The most read from a pipe (which cannot seek to its end) before giving up."""
+
+
+def read_log(log: BinaryIO) -> str:
+    """The last `MAX_LOG_BYTES` of a log: a file is read from there, a pipe to its end (at most
+    `MAX_STREAM_BYTES`) keeping only its tail. OomParseError past that bound."""
+    status = os.fstat(log.fileno())
+    if stat.S_ISREG(status.st_mode):
+        log.seek(max(0, status.st_size - MAX_LOG_BYTES))
+        return log.read(MAX_LOG_BYTES).decode("utf-8", errors="replace")
+    tail, total = b"", 0
+    while chunk := log.read(1 << 20):
+        total += len(chunk)
+        if total > MAX_STREAM_BYTES:
+            raise OomParseError(f"more than {MAX_STREAM_BYTES >> 30} GiB without an end")
+        tail = (tail + chunk)[-MAX_LOG_BYTES:]
+    return tail.decode("utf-8", errors="replace")
 
 
 def _mib(number: str, unit: str) -> float:
