@@ -52,6 +52,12 @@ def test_a_reading_has_every_gpu_with_its_basics(source: NvmlSource) -> None:
         assert gpu.pstate and gpu.pstate.startswith("P")
 
 
+def test_a_real_reading_has_no_bad_values(source: NvmlSource) -> None:
+    for _ in range(5):
+        snapshot = source.read(source.hosts[0])
+        assert snapshot.bad_values == 0, snapshot.bad_value_notes
+
+
 def test_topology_is_square_with_self_on_the_diagonal(source: NvmlSource) -> None:
     snapshot = source.read(source.hosts[0])
     topology = snapshot.topology
@@ -94,6 +100,8 @@ def test_a_process_holding_memory_shows_with_its_pid(source: NvmlSource) -> None
         assert mine[0].used_memory_mib is not None and mine[0].used_memory_mib >= 1000
         assert mine[0].command and "python" in mine[0].command
         assert mine[0].user
+        # The boundary's ranges refuse the impossible only: a real GPU under load passes whole.
+        assert snapshot.bad_values == 0, snapshot.bad_value_notes
     finally:
         holder.kill()
         holder.wait(timeout=30)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+from pathlib import Path
 
+import pytest
 from hostile import UNSAFE, unsafe_texts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +25,7 @@ from gpuconsole.model import (
     Topology,
     XidEvent,
 )
+from gpuconsole.telemetry.smi import parse_dump
 from gpuconsole.terminal.diff import ScreenDiff
 from gpuconsole.terminal.plain import GuardedStream, printable
 from gpuconsole.untrusted import MAX_GPUS, MAX_TEXT_CHARS, shown, vetted, visible
@@ -230,3 +233,12 @@ def test_the_filter_lets_no_foreign_sequence_out(chunks: list[str]) -> None:
     for foreign in ("\x1b]0;", "\x1b]2;", "\x1bP", "\x1b_"):
         assert foreign not in out
     assert not any("\x80" <= c <= "\x9f" for c in out)
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
+
+
+@pytest.mark.parametrize("name", ["h200-q.xml", "h200-q-loaded.xml", "h200-q-loaded.txt"])
+def test_a_real_h200_dump_has_no_bad_values(name: str) -> None:
+    snapshot = parse_dump((FIXTURES / name).read_text(), "h200", 1.0)
+    assert snapshot.gpus and snapshot.bad_values == 0, snapshot.bad_value_notes
