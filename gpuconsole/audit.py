@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
+from gpuconsole.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_private_dirs, narrow
+
 AUDIT_ENV = "GPUCONSOLE_AUDIT_LOG"
-FILE_MODE = 0o600
-DIR_MODE = 0o700
 
 
 def _state_dir() -> Path:
@@ -39,30 +38,17 @@ def record(action: str, **details: Any) -> None:
     """Append one entry; the log is append-only so nothing earlier is ever rewritten."""
     path = audit_path()
     own = path.parent == _state_dir()
-    _make_private_dirs(path.parent)
+    make_private_dirs(path.parent)
     if own:
-        _narrow(path.parent, DIR_MODE)
+        narrow(path.parent, PRIVATE_DIR_MODE)
     entry = {"time": time.time(), "user": _user(), "action": action, **details}
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    descriptor = os.open(
+        path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE
+    )
     with os.fdopen(descriptor, "a", encoding="utf-8") as log:
         if own:
-            _narrow(path, FILE_MODE)
+            narrow(path, PRIVATE_FILE_MODE)
         log.write(json.dumps(entry, sort_keys=True) + "\n")
-
-
-def _make_private_dirs(directory: Path) -> None:
-    """Create ``directory`` and every missing parent 0700 (`Path.mkdir` gives the parents the
-    umask's default, 0755)."""
-    missing = [d for d in (directory, *directory.parents) if not d.exists()]
-    for folder in reversed(missing):
-        folder.mkdir(mode=DIR_MODE, exist_ok=True)
-
-
-def _narrow(path: Path, mode: int) -> None:
-    """Take away what ``mode`` does not allow (group and other bits, for these modes)."""
-    current = stat.S_IMODE(path.stat().st_mode)
-    if current & ~mode:
-        path.chmod(current & mode)
 
 
 def _user() -> str:

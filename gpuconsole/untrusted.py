@@ -156,7 +156,7 @@ class _Vetting:
                 return None
             value = int(value)
         low, high = bounds
-        if not (math.isfinite(value) and low <= value <= high):
+        if not low <= value <= high:  # NaN and the infinities fail this too; no int overflows
             self.bad(where, value)
             return None
         return value
@@ -238,8 +238,9 @@ def vetted(snapshot: HostSnapshot) -> HostSnapshot:
     if xid_events is not None:
         changes["xid_events"] = xid_events
     if vet.count:
-        changes["bad_values"] = snapshot.bad_values + vet.count
-        changes["bad_value_notes"] = (snapshot.bad_value_notes + tuple(vet.notes))[:MAX_NOTES]
+        changes["bad_values"] = changes.get("bad_values", snapshot.bad_values) + vet.count
+        notes = changes.get("bad_value_notes", snapshot.bad_value_notes)
+        changes["bad_value_notes"] = (notes + tuple(vet.notes))[:MAX_NOTES]
     return dataclasses.replace(snapshot, **changes) if changes else snapshot
 
 
@@ -255,6 +256,15 @@ def _text_fields(vet: _Vetting, snapshot: HostSnapshot, changes: dict[str, Any])
     source = vet.text("source", snapshot.source, 64)
     if source != snapshot.source:
         changes["source"] = source or "?"
+    # What an earlier boundary counted (a recording keeps it): a count, and a few short texts.
+    count = snapshot.bad_values
+    if type(count) is not int or not 0 <= count < 1 << 31:
+        vet.bad("bad-value count", count)
+        count = 0
+    notes = snapshot.bad_value_notes
+    kept = tuple(vet.text("bad-value note", n, 200) or "?" for n in notes[:MAX_NOTES])
+    if count is not snapshot.bad_values or not _same(kept, notes):
+        changes.update(bad_values=count, bad_value_notes=kept)
 
 
 def _gpus(vet: _Vetting, gpus: tuple[GpuState, ...]) -> tuple[GpuState, ...] | None:

@@ -100,6 +100,8 @@ snapshots = st.builds(
     cuda_version=anything,
     xid_events=st.lists(st.builds(XidEvent, *(anything,) * 4), max_size=3).map(tuple),
     source=hostile_text,
+    bad_values=st.integers(0, 10) | anything,
+    bad_value_notes=st.lists(anything, max_size=7).map(tuple),
 )
 
 NUMBER_RANGES = {

@@ -108,6 +108,8 @@ _HEADER = (
     ("s", "source"),
     ("p", "processes"),
     ("x", "xid_events"),
+    ("b", "bad_values"),
+    ("n", "bad_value_notes"),
 )
 
 
@@ -165,6 +167,16 @@ class HostEncoder:
 
 # --- decoding -------------------------------------------------------------------------------------
 
+MAX_ROW_BYTES = 4 << 20
+"""The most one row may hold, stored and inflated: far above any real reading (an 8-GPU host's
+keyframe is about 3 KiB). A longer row is refused unread, and a row is never inflated past it (a
+zlib bomb stops there)."""
+
+
+class RowError(ValueError):
+    """A row that cannot be decoded; the message says what is wrong, in one line."""
+
+
 Decode = Callable[[Any], Any]
 
 
@@ -173,7 +185,23 @@ def _identity(value: Any) -> Any:
 
 
 def _as_float(value: Any) -> Any:
-    return None if value is None else float(value)
+    """A whole number read back as the float it was; any other value is left for `vetted`
+    to judge (a string, a number too large for a float)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return value
+    return value
+
+
+def _items(value: Any, what: str) -> list[Any]:
+    """``value`` as the list a row holds there (None: empty); RowError when it is no list."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise RowError(f"{what}: {type(value).__name__}, not a list")
+    return value
 
 
 def _options(hint: Any) -> tuple[Any, ...]:
@@ -184,10 +212,15 @@ def _options(hint: Any) -> tuple[Any, ...]:
 
 
 class Decoder:
-    """Decodes rows written with ``recorded`` (the schema stored in the recording)."""
+    """Decodes rows written with ``recorded`` (the schema stored in the recording).
+
+    The row's shape is checked here (an object, lists where lists belong, a value for every
+    field): a row that does not fit raises `RowError`. The values themselves are taken as they
+    are; `gpuconsole.untrusted.vetted` judges them.
+    """
 
     def __init__(self, recorded: Mapping[str, Sequence[str]]) -> None:
-        self._builders: dict[type, Callable[[Sequence[Any]], Any]] = {}
+        self._builders: dict[type, Callable[[Any], Any]] = {}
         for cls in _CLASSES:
             self._builders[cls] = self._builder(cls, recorded.get(cls.__name__, _NAMES[cls]))
         hints = typing.get_type_hints(GpuState)
@@ -209,13 +242,16 @@ class Decoder:
         if typing.get_origin(kind) is tuple:
             (item, *_) = typing.get_args(kind)
             if item in _NAMES:
-                return lambda value, cls=item: tuple(self._builders[cls](v) for v in value or ())
-            return lambda value: None if value is None else tuple(value)
+                return lambda value, cls=item: tuple(
+                    self._builders[cls](v) for v in _items(value, cls.__name__)
+                )
+            return lambda value: None if value is None else tuple(_items(value, "a list"))
         return _identity
 
-    def _builder(self, cls: type, recorded: Sequence[str]) -> Callable[[Sequence[Any]], Any]:
+    def _builder(self, cls: type, recorded: Sequence[str]) -> Callable[[Any], Any]:
         hints = typing.get_type_hints(cls)
         names = _NAMES[cls]
+        what = cls.__name__
         if tuple(recorded) == names:  # the common case: positional, converting only where needed
             conversions = [
                 (position, decode)
@@ -223,7 +259,9 @@ class Decoder:
                 if (decode := self._field_decoder(hints[name])) is not _identity
             ]
 
-            def build_positional(values: Sequence[Any]) -> Any:
+            def build_positional(values: Any) -> Any:
+                if not isinstance(values, list) or len(values) != len(names):
+                    raise RowError(f"{what}: not a list of {len(names)} values")
                 values = list(values)
                 for position, decode in conversions:
                     values[position] = decode(values[position])
@@ -236,41 +274,64 @@ class Decoder:
             if name in names
         ]
 
-        def build(values: Sequence[Any]) -> Any:
-            return cls(
-                **{
-                    name: decode(values[position])
-                    for position, name, decode in plan
-                    if position < len(values)
-                }
-            )
+        def build(values: Any) -> Any:
+            if not isinstance(values, list):
+                raise RowError(f"{what}: {type(values).__name__}, not a list")
+            given = {
+                name: decode(values[position])
+                for position, name, decode in plan
+                if position < len(values)
+            }
+            try:
+                return cls(**given)
+            except TypeError:  # a field without a default the row has no value for
+                raise RowError(f"{what}: {len(values)} values lack a required field") from None
 
         return build
 
     @staticmethod
-    def unpack(data: bytes) -> dict[str, Any]:
-        return json.loads(zlib.decompress(data))
+    def unpack(data: object) -> dict[str, Any]:
+        """A row's data as the JSON object it holds; RowError when it holds none."""
+        if not isinstance(data, bytes):
+            raise RowError(f"the data is {type(data).__name__}, not bytes")
+        if len(data) > MAX_ROW_BYTES:
+            raise RowError(f"{len(data)} bytes, more than a row may hold ({MAX_ROW_BYTES})")
+        inflater = zlib.decompressobj()
+        try:
+            text = inflater.decompress(data, MAX_ROW_BYTES)
+        except zlib.error as error:
+            raise RowError(f"not zlib data ({error})") from None
+        if inflater.unconsumed_tail:
+            raise RowError(f"inflates past {MAX_ROW_BYTES} bytes")
+        if not inflater.eof or inflater.unused_data:
+            raise RowError("truncated zlib data" if not inflater.eof else "bytes after the data")
+        try:
+            raw = json.loads(text)
+        except RecursionError:
+            raise RowError("JSON nested too deep") from None
+        except ValueError as error:  # also text that is not UTF-8
+            raise RowError(f"not JSON ({error})") from None
+        if not isinstance(raw, dict):
+            raise RowError(f"JSON {type(raw).__name__}, not an object")
+        return raw
 
     def keyframe(self, host: str, t: int, data: bytes) -> HostSnapshot:
         """A keyframe row's reading."""
         raw = self.unpack(data)
-        topology = raw.get("t")
+        if "g" not in raw:
+            raise RowError("no GPUs in the keyframe")
         return HostSnapshot(
             host=host,
             time=t / 1000,
-            gpus=tuple(self._builders[GpuState](g) for g in raw["g"]),
+            gpus=tuple(self._builders[GpuState](g) for g in _items(raw["g"], "GPUs")),
             processes=self._processes(raw.get("p")),
-            topology=None
-            if topology is None
-            else Topology(
-                tuple(tuple(row) for row in topology[0]),
-                tuple(topology[1]),
-                tuple(topology[2]),
-            ),
+            topology=_topology_of(raw.get("t")),
             driver_version=raw.get("d"),
             cuda_version=raw.get("c"),
             xid_events=self._xids(raw.get("x")),
             source=raw.get("s") or "recording",
+            bad_values=raw.get("b", 0),
+            bad_value_notes=tuple(_items(raw.get("n"), "bad-value notes")),
         )
 
     def delta(self, base: HostSnapshot, t: int, data: bytes) -> HostSnapshot:
@@ -279,18 +340,13 @@ class Decoder:
         Only the changed fields are decoded; the rest of each GPU is the keyframe's.
         """
         raw = self.unpack(data)
-        fields = self._gpu_fields
-        gpus = []
-        for state, changes in zip(base.gpus, raw["g"], strict=True):
-            if not changes:
-                gpus.append(state)
-                continue
-            updates = {}
-            for i in range(0, len(changes), 2):
-                field = fields[changes[i]] if changes[i] < len(fields) else None
-                if field is not None:
-                    updates[field[0]] = field[1](changes[i + 1])
-            gpus.append(dataclasses.replace(state, **updates))
+        changed = _items(raw.get("g"), "GPUs")
+        if len(changed) != len(base.gpus):
+            raise RowError(f"changes for {len(changed)} GPUs, the keyframe has {len(base.gpus)}")
+        gpus = [
+            self._changed(state, _items(changes, "GPU changes"))
+            for state, changes in zip(base.gpus, changed, strict=True)
+        ]
         return dataclasses.replace(
             base,
             time=t / 1000,
@@ -300,10 +356,43 @@ class Decoder:
             driver_version=raw.get("d", base.driver_version),
             cuda_version=raw.get("c", base.cuda_version),
             source=raw.get("s", base.source),
+            bad_values=raw.get("b", base.bad_values),
+            bad_value_notes=tuple(_items(raw["n"], "bad-value notes"))
+            if "n" in raw
+            else base.bad_value_notes,
         )
 
-    def _processes(self, values: Sequence[Any] | None) -> tuple[GpuProcess, ...]:
-        return tuple(self._builders[GpuProcess](p) for p in values or ())
+    def _changed(self, state: GpuState, changes: list[Any]) -> GpuState:
+        """``state`` with ``[position, value, ...]`` applied (positions this code does not know
+        are fields it no longer has: dropped)."""
+        if not changes:
+            return state
+        if len(changes) % 2:
+            raise RowError("GPU changes: a position without a value")
+        fields = self._gpu_fields
+        updates = {}
+        for i in range(0, len(changes), 2):
+            position = changes[i]
+            if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+                raise RowError(f"GPU changes: position {position!r:.40}")
+            field = fields[position] if position < len(fields) else None
+            if field is not None:
+                updates[field[0]] = field[1](changes[i + 1])
+        return dataclasses.replace(state, **updates)
 
-    def _xids(self, values: Sequence[Any] | None) -> tuple[XidEvent, ...]:
-        return tuple(self._builders[XidEvent](x) for x in values or ())
+    def _processes(self, values: Any) -> tuple[GpuProcess, ...]:
+        return tuple(self._builders[GpuProcess](p) for p in _items(values, "processes"))
+
+    def _xids(self, values: Any) -> tuple[XidEvent, ...]:
+        return tuple(self._builders[XidEvent](x) for x in _items(values, "XID events"))
+
+
+def _topology_of(value: Any) -> Topology | None:
+    if value is None:
+        return None
+    parts = _items(value, "topology")
+    if len(parts) != 3:
+        raise RowError(f"topology: {len(parts)} parts, not 3")
+    matrix, cpus, numa = parts
+    rows = tuple(tuple(_items(row, "topology row")) for row in _items(matrix, "topology"))
+    return Topology(rows, tuple(_items(cpus, "CPU affinity")), tuple(_items(numa, "NUMA affinity")))

@@ -23,13 +23,17 @@ from gpuconsole.record.schema import RecordingError, default_recording_path
 
 if TYPE_CHECKING:
     from gpuconsole.record.episodes import Episode
-    from gpuconsole.record.reader import Recording
+    from gpuconsole.record.reader import Damage, Recording
     from gpuconsole.record.recorder import Recorder
     from gpuconsole.telemetry import Source
 
 EXIT_BAD_INPUT = 2
 EXIT_UNREADABLE = 3
 LIST_WINDOW_S = 600.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+MAX_DAMAGE_LISTED = 50
+MAX_LIST_CHECKED_ROWS = 200_000
+"""`--list` without `--at` inflates every reading to check it up to this many (a few seconds)."""
 
 AddOptions = Callable[[argparse.ArgumentParser], None]
 
@@ -146,15 +150,54 @@ def run_record(
     source_of: Callable[[], tuple[Source, str]],
     rules_of: Callable[[], Sequence[Any]],
 ) -> int:
-    """Record until stopped (Ctrl+C, SIGTERM, --duration)."""
-    from gpuconsole.record.daemon import record_fleet
-    from gpuconsole.record.recorder import Recorder
+    """Record until stopped (Ctrl+C, SIGTERM, --duration).
 
+    A signal stops it within a second, from the moment the handlers are in (before the source
+    and the file are opened): the round in progress is dropped, what was taken is written, the
+    session ends, and a line says what the file holds.
+    """
     path = args.record or default_recording_path()
     try:
         retention = retention_of(args)
     except RecordingError as error:
         return _fail(str(error), EXIT_BAD_INPUT)
+    with _SignalStop() as stop:
+        return _record(args, path, retention, stop, source_of, rules_of)
+
+
+class _SignalStop:
+    """An event that SIGTERM and SIGINT set while installed (``with``); ``by`` names the first."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.by: str | None = None
+        self._before: dict[int, Any] = {}
+
+    def _caught(self, number: int, _frame: FrameType | None) -> None:
+        self.by = self.by or signal.Signals(number).name
+        self.event.set()
+
+    def __enter__(self) -> _SignalStop:
+        self._before = {number: signal.signal(number, self._caught) for number in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for number, handler in self._before.items():
+            signal.signal(number, handler)
+
+
+def _record(
+    args: argparse.Namespace,
+    path: Path,
+    retention: Retention,
+    stop: _SignalStop,
+    source_of: Callable[[], tuple[Source, str]],
+    rules_of: Callable[[], Sequence[Any]],
+) -> int:
+    from gpuconsole.record.daemon import record_fleet
+    from gpuconsole.record.recorder import Recorder
+    from gpuconsole.record.when import stamp
+
     rules = rules_of()
     source, label = source_of()
     try:
@@ -162,13 +205,6 @@ def run_record(
             recorder = Recorder(path, label=label, retention=retention)
         except RecordingError as error:
             return _fail(str(error), EXIT_UNREADABLE)
-        stop = threading.Event()
-
-        def stop_on(_signal: int, _frame: FrameType | None) -> None:
-            stop.set()
-
-        signal.signal(signal.SIGTERM, stop_on)
-        signal.signal(signal.SIGINT, stop_on)
         hosts = len(source.hosts)
         print(
             f"gpuconsole: recording {hosts} host{'s' if hosts != 1 else ''} ({label}) into "
@@ -182,13 +218,21 @@ def run_record(
                 recorder,
                 rules,
                 interval=args.refresh,
-                stop=stop,
+                stop=stop.event,
                 duration=args.duration,
             )
         finally:
             recorder.close()
         if problem is not None:
             return _fail(problem, EXIT_UNREADABLE)
+        if stop.by is not None:
+            until = recorder.recorded_until
+            held = "no readings yet" if until is None else f"readings until {stamp(until)}"
+            print(
+                f"gpuconsole: stopped by {stop.by}: {path} holds {held}",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         close = getattr(source, "close", None)
         if close is not None:
@@ -202,7 +246,7 @@ def run_replay(args: argparse.Namespace, theme: str, rules_of: Callable[[], Sequ
     from gpuconsole.record.when import parse_moment
 
     try:
-        recording = Recording(args.file)
+        recording = Recording(args.file, skip_damaged=True)
     except RecordingError as error:
         return _fail(str(error), EXIT_UNREADABLE)
     try:
@@ -237,11 +281,20 @@ def run_replay(args: argparse.Namespace, theme: str, rules_of: Callable[[], Sequ
 
 
 def _list(recording: Recording, at: float | None, host: str | None, as_json: bool) -> int:
-    """The episodes (around ``at`` when given), oldest first; INFO ones only in JSON."""
+    """The episodes (around ``at`` when given), oldest first; INFO ones only in JSON.
+
+    The listed stretch is checked for damage first: the damaged parts are listed too, and the
+    exit code says that the list is not all the recording held. The readings' contents are
+    checked around ``at``, or everywhere in a recording of at most `MAX_LIST_CHECKED_ROWS`
+    readings (a line says when they were not).
+    """
     from gpuconsole.record.when import stamp
 
     start = None if at is None else at - LIST_WINDOW_S
     end = None if at is None else at + LIST_WINDOW_S
+    rows = recording.count_readings(start, end)
+    contents = at is not None or rows <= MAX_LIST_CHECKED_ROWS
+    damage = recording.check(start, end, contents=contents)
     episodes = recording.episodes(start, end, host)
     if as_json:
         print(
@@ -253,11 +306,13 @@ def _list(recording: Recording, at: float | None, host: str | None, as_json: boo
                     "hosts": list(recording.hosts),
                     "at": at,
                     "episodes": [e.as_dict() for e in episodes],
+                    "damage": [_damage_dict(d) for d in damage],
+                    "contents_checked": contents,
                 },
                 indent=2,
             )
         )
-        return 0
+        return _damaged(recording, damage)
     assert recording.start is not None and recording.end is not None
     print(
         f"{recording.path}: {len(recording.hosts)} hosts, {stamp(recording.start)} to "
@@ -270,7 +325,35 @@ def _list(recording: Recording, at: float | None, host: str | None, as_json: boo
         print(_episode_line(episode, at))
     if not shown:
         print("no warning or critical finding or alert")
-    return 0
+    for part in damage[:MAX_DAMAGE_LISTED]:
+        print(f"! damaged: {part.line()}")
+    if len(damage) > MAX_DAMAGE_LISTED or recording.damage.more:
+        print("! damaged: and more")
+    if not contents:
+        print(
+            f"! not checked: the contents of {rows} readings (--at checks the "
+            f"{2 * LIST_WINDOW_S / 60:.0f} minutes around a time)"
+        )
+    return _damaged(recording, damage)
+
+
+def _damaged(recording: Recording, damage: Sequence[Damage]) -> int:
+    """The exit code of a list: EXIT_UNREADABLE (and a line saying so) when damage was found."""
+    if not damage:
+        return 0
+    count = f"{len(damage)} damaged part{'s' if len(damage) != 1 else ''}"
+    return _fail(f"{recording.path}: {count}, listed with the rest", EXIT_UNREADABLE)
+
+
+def _damage_dict(damage: Damage) -> dict[str, Any]:
+    return {
+        "table": damage.table,
+        "host": damage.host,
+        "start": damage.start,
+        "end": damage.end,
+        "rows": damage.rows,
+        "what": damage.what,
+    }
 
 
 def _episode_line(episode: Episode, at: float | None) -> str:

@@ -3,6 +3,10 @@
 Each round reads every host, feeds the store and the alert engine as the console does, and
 hands the round to the recorder. Rounds are chained (the next starts one interval after the last
 one started, never overlapping), until ``stop`` is set or ``duration`` has passed.
+
+``stop`` ends the loop at the next host read, not at the end of a round or of reading the hosts'
+recent past (a large simulated rack takes minutes for either): a signal's handler sets it and
+the recorder is closed well within a second. The round cut short is not recorded.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.rules import AlertRule
+from gpuconsole.model import HostSnapshot
 from gpuconsole.poller import collect
 from gpuconsole.record.recorder import Recorder
 from gpuconsole.record.timeline import Timeline
@@ -34,23 +39,56 @@ def record_fleet(
 ) -> str | None:
     """Record until stopped; returns why recording failed (one line), or None."""
     stop = stop or threading.Event()
-    store, alerts = primed(source, HISTORY_SECONDS, rules)
-    timeline = Timeline(recorder)
-    began = time.monotonic()
-    rounds = 0
-    while not stop.is_set():
-        started = time.monotonic()
-        readings = collect(source)
-        changed = take_round(store, alerts, readings)
-        if rounds == 0:
-            changed |= set(store.hosts)  # the first round states every host's findings
-        problem = timeline.note(store, readings, changed, alerts.active())
-        if problem is not None:
-            return problem
-        rounds += 1
-        if on_round is not None:
-            on_round(rounds)
-        if duration is not None and time.monotonic() - began >= duration:
-            break
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+    watched = _Stoppable(source, stop)
+    try:
+        store, alerts = primed(watched, HISTORY_SECONDS, rules)
+        timeline = Timeline(recorder)
+        began = time.monotonic()
+        rounds = 0
+        while not stop.is_set():
+            started = time.monotonic()
+            readings = collect(watched)
+            changed = take_round(store, alerts, readings)
+            if stop.is_set():
+                break
+            if rounds == 0:
+                changed |= set(store.hosts)  # the first round states every host's findings
+            problem = timeline.note(store, readings, changed, alerts.active(), stop)
+            if problem is not None:
+                return problem
+            rounds += 1
+            if on_round is not None:
+                on_round(rounds)
+            if duration is not None and time.monotonic() - began >= duration:
+                break
+            stop.wait(max(0.0, interval - (time.monotonic() - started)))
+    except _Stopped:
+        pass
     return recorder.error
+
+
+class _Stopped(BaseException):
+    """``stop`` was set while hosts were being read. A BaseException, as KeyboardInterrupt is:
+    `collect` turns a source's ordinary exceptions into a failed reading of one host."""
+
+
+class _Stoppable:
+    """The source, answering until ``stop`` is set, then raising `_Stopped` at the next read."""
+
+    def __init__(self, source: Source, stop: threading.Event) -> None:
+        self._source = source
+        self._stop = stop
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self._source.hosts
+
+    def read(self, host: str) -> HostSnapshot:
+        if self._stop.is_set():
+            raise _Stopped
+        return self._source.read(host)
+
+    def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
+        if self._stop.is_set():
+            raise _Stopped
+        return self._source.backfill(host, seconds)

@@ -2,9 +2,13 @@
 
 `Recorder.take` is cheap and safe to call from the UI thread: it queues the tick. A writer
 thread encodes and inserts, and commits at most once a second, and at the latest one second after
-a tick arrived, even when no further tick comes. SQLite in WAL mode with ``synchronous=NORMAL``
-keeps every commit through a killed process, so a console killed without a clean shutdown loses
-at most its last second. In between ticks the writer thins and expires old data (`retention`).
+a tick arrived, even when no further tick comes. Ticks do not pile up behind a writer that falls
+behind (a fleet too large for the disk): the headless recorder hands a tick over only once the
+writer has written the ones before (so `close` has at most one left to write), and the console's
+ticks past `MAX_QUEUED_TICKS` waiting go unrecorded (it says so). SQLite in WAL mode with
+``synchronous=NORMAL`` keeps every commit through a killed process, so a console killed without
+a clean shutdown loses at most its last second. In between ticks the writer thins and expires old
+data (`retention`).
 
 Only one recorder writes a file at a time: it holds an exclusive lock on it (``flock``), and a
 second one is refused with a line that says so. Actions come from the audit log: the writer
@@ -35,6 +39,7 @@ from gpuconsole.record.codec import KEYFRAME_EVERY_S, Decoder, HostEncoder, to_m
 from gpuconsole.record.episodes import Changes, Episode, OnsetTracker
 from gpuconsole.record.retention import Maintenance, Retention
 from gpuconsole.record.schema import RecordingError
+from gpuconsole.record.when import is_time
 from gpuconsole.store import FleetStore, HostStatus
 
 COMMIT_EVERY_S = 1.0
@@ -43,6 +48,13 @@ SESSION_END_S = 0.001
 reading they were still there."""
 MAINTAIN_EVERY_S = 30.0
 """Retention runs in rounds at most this often (wall time), between ticks."""
+MAX_QUEUED_TICKS = 16
+"""Ticks taken from the console and not yet written, at most. Their readings are the store's
+latest (its history is longer), so what they hold besides is small."""
+AUDIT_READ_BYTES = 1 << 22
+"""The audit log is read this much at a time: a long one is caught up with over rounds."""
+ROOM_POLL_S = 0.1
+"""A caller waiting for the writer looks at its ``stop`` event this often."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +201,15 @@ class RecordingWriter:
         """
         self._begin()
         for entry in self._audit.new_entries():
+            host, action = (entry.get(k) for k in ("host", "action"))
             self._db.execute(
                 "INSERT INTO actions (t, host, action, entry) VALUES (?, ?, ?, ?)",
-                (entry["time"], entry.get("host"), entry.get("action"), json.dumps(entry)),
+                (
+                    entry["time"],
+                    host if isinstance(host, str) else None,
+                    action if isinstance(action, str) else None,
+                    json.dumps(entry),
+                ),
             )
         if self._session is not None and self.last_time is not None:
             self._db.execute(
@@ -277,19 +295,21 @@ class _AuditTail:
                 if os.fstat(log.fileno()).st_size < self._offset:
                     self._offset = 0  # rotated or truncated: read it anew
                 log.seek(self._offset)
-                data = log.read()
+                data = log.read(AUDIT_READ_BYTES)
         except OSError:
             return []
         complete = data.rfind(b"\n") + 1  # a line still being written waits for the next round
+        if not complete and len(data) == AUDIT_READ_BYTES:
+            complete = len(data)  # a line that long is no entry: passed over
         self._offset += complete
         entries = []
         for line in data[:complete].splitlines():
             try:
                 entry = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             stamp = entry.get("time") if isinstance(entry, dict) else None
-            if isinstance(stamp, (int, float)) and stamp > self._watermark:
+            if is_time(stamp) and stamp > self._watermark:
                 entries.append(entry)
         if entries:
             self._watermark = max(e["time"] for e in entries)
@@ -338,15 +358,36 @@ class Recorder:
         self._commit_every_s = commit_every_s
         self._maintain_every_s = maintain_every_s
         self._queue: queue.SimpleQueue[Tick | object] = queue.SimpleQueue()
+        self._room = threading.Condition()
+        self._waiting = 0
+        """Ticks taken and not yet written (guarded by ``_room``)."""
         self.error: str | None = None
         """Why recording stopped early (a full disk), one line; None while it works."""
         self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
         self._thread.start()
 
-    def take(self, tick: Tick) -> None:
-        """Queue a tick for the writer (returns at once)."""
-        if self.error is None:
-            self._queue.put(tick)
+    def take(self, tick: Tick, stop: threading.Event | None = None) -> bool:
+        """Queue a tick for the writer; False when it was not (recording stopped, or the writer
+        is `MAX_QUEUED_TICKS` behind, or ``stop`` was set while waiting).
+
+        Without ``stop`` it returns at once (the UI thread); with it, it first waits until the
+        writer has written every tick taken before, or ``stop`` is set (the headless recorder).
+        """
+        with self._room:
+            while stop is not None and self._waiting and self.error is None:
+                if stop.is_set():
+                    return False
+                self._room.wait(ROOM_POLL_S)  # a signal's handler sets ``stop``: look again soon
+            if self.error is not None or self._waiting >= MAX_QUEUED_TICKS:
+                return False
+            self._waiting += 1
+        self._queue.put(tick)
+        return True
+
+    @property
+    def recorded_until(self) -> float | None:
+        """The newest tick's time written so far (None before the first)."""
+        return self._writer.last_time
 
     def close(self) -> None:
         """Write what is queued, end the session and release the file."""
@@ -373,6 +414,9 @@ class Recorder:
                 if isinstance(item, Tick):
                     writer.write(item)
                     dirty = True
+                    with self._room:
+                        self._waiting -= 1
+                        self._room.notify()
                 if time.monotonic() < deadline:
                     continue
                 if dirty:

@@ -2,8 +2,10 @@
 
 `ReplaySource.read` gives each host's reading at the cursor, or raises `SourceError` with the
 state the console recorded for the host then (down, stale…), so the store shows what the console
-showed. `backfill` gives the readings before the cursor, for trends and duration rules. Moving the
-cursor is the caller's business (the replay screen); the source only reads at it.
+showed; where the recording is damaged, the host is stale with a reason that says so. `backfill`
+gives the readings before the cursor, for trends and duration rules (a recording opened with
+``skip_damaged`` leaves damaged ones out and notes them). Moving the cursor is the caller's
+business (the replay screen); the source only reads at it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Iterable
 from gpuconsole.alerts.engine import Alert
 from gpuconsole.model import HostSnapshot, HostState
 from gpuconsole.record.episodes import ALERT, Episode
-from gpuconsole.record.reader import Recording
+from gpuconsole.record.reader import DamagedReading, Recording
+from gpuconsole.record.schema import RecordingError
 from gpuconsole.record.when import clock
 from gpuconsole.telemetry import SourceError
 
@@ -46,7 +49,15 @@ class ReplaySource:
         return self._cursor
 
     def read(self, host: str) -> HostSnapshot:
-        t = self._cursor
+        try:
+            return self._read(host, self._cursor)
+        except DamagedReading as damaged:
+            what = damaged.damage.what
+        except RecordingError as error:  # SQLite's own pages damaged, say
+            what = str(error)
+        raise SourceError(f"{host}: the recording is damaged here: {what}", state=HostState.STALE)
+
+    def _read(self, host: str, t: float) -> HostSnapshot:
         if not self.recording.covers(t):
             raise SourceError(
                 f"{host}: not recorded at {clock(t)} UTC (no console was recording)",

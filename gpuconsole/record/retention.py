@@ -14,7 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from gpuconsole.model import HostSnapshot
-from gpuconsole.record.codec import KEYFRAME_EVERY_S, Decoder, HostEncoder, to_ms
+from gpuconsole.record.codec import KEYFRAME_EVERY_S, Decoder, HostEncoder, RowError, to_ms
 
 CHUNK_S = 600.0
 """One unit of thinning: at most this much of one host's recording."""
@@ -44,6 +44,7 @@ class Retention:
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_WHOLE = re.compile(r"[0-9]{1,18}")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
@@ -167,11 +168,14 @@ class Maintenance:
             return base if t == key else self._decoder.delta(base, t, data)
 
         fresh = []
-        for group, every in ((kept, 10 * step_s), (tail, KEYFRAME_EVERY_S)):
-            encoder = HostEncoder(keyframe_every_s=every)
-            for t, key, data in group:
-                row = encoder.encode(reading(t, key, data))
-                fresh.append((host, row.t, row.key, row.data))
+        try:
+            for group, every in ((kept, 10 * step_s), (tail, KEYFRAME_EVERY_S)):
+                encoder = HostEncoder(keyframe_every_s=every)
+                for t, key, data in group:
+                    row = encoder.encode(reading(t, key, data))
+                    fresh.append((host, row.t, row.key, row.data))
+        except RowError:
+            return  # a damaged row stays as it is, for the reader to name; expiry ends it
         self._db.execute(
             "DELETE FROM readings WHERE host = ? AND t >= ? AND t < ?", (host, start, edge)
         )
@@ -185,16 +189,21 @@ class Maintenance:
 
     def _keyframe(self, host: int, name: str, key: int, data: bytes | None) -> HostSnapshot:
         if data is None:
-            (data,) = self._db.execute(
-                "SELECT data FROM readings WHERE host = ? AND t = ?", (host, key)
+            found = self._db.execute(
+                "SELECT data FROM readings WHERE host = ? AND t = ? AND key = t", (host, key)
             ).fetchone()
+            if found is None:
+                raise RowError("its keyframe is missing")
+            (data,) = found
         return self._decoder.keyframe(name, key, data)
 
     # --- helpers -------------------------------------------------------------------------------
 
     def _meta_int(self, key: str) -> int | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else int(row[0])
+        if row is None or not _WHOLE.fullmatch(str(row[0])):
+            return None  # none yet, or damaged: the work is done again
+        return int(row[0])
 
     def _set_meta(self, key: str, value: int) -> None:
         self._db.execute(

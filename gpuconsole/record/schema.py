@@ -1,25 +1,39 @@
 """The recording file: one SQLite database in WAL mode, its tables, and opening it safely.
 
 A file that is not a recording (or a recording of a newer format) is refused with one line that
-names it, and is never written to: creating a recording never replaces an existing file.
+names it, and is never written to: creating a recording never replaces an existing file. A
+recording a ticket brings may have been written by anyone: before anything reads it, the file must
+be an SQLite database whose tables are tables (not views that compute something) and whose meta
+table says, in values of bounded length, that it is a recording this code reads.
+
+Recordings are private: the file is made 0600 and the folders created for it 0700 (SQLite gives
+its write-ahead log the database's mode).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
 import platformdirs
 
+from gpuconsole.private_files import PRIVATE_FILE_MODE, make_private_dirs
 from gpuconsole.record import codec
+from gpuconsole.untrusted import shown
 
 FORMAT = "gpuconsole-recording"
 VERSION = 1
 RECORDING_ENV = "GPUCONSOLE_RECORDING"
 BUSY_TIMEOUT_MS = 5000
+MAX_META_CHARS = 1 << 16
+"""The longest meta value read (the schema is about 2 KB); a longer one is refused unread."""
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_VERSION_TEXT = re.compile(r"[0-9]{1,9}")
+_READ_META = ("format", "version", "label", "schema")
 
 _TABLES = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -71,6 +85,7 @@ CREATE TABLE sessions (
     pid INTEGER
 );
 """
+_TABLE_NAMES = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES))
 
 
 class RecordingError(Exception):
@@ -85,6 +100,12 @@ def default_recording_path() -> Path:
     return Path(platformdirs.user_data_dir("gpuconsole")) / "recording.sqlite"
 
 
+def _text(raw: bytes) -> str:
+    """Text as SQLite holds it; bytes that are not UTF-8 show as U+FFFD, not as an error that
+    would lose the whole query."""
+    return raw.decode("utf-8", "replace")
+
+
 def _connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
     mode = "ro" if read_only else "rw"
     connection = sqlite3.connect(
@@ -93,25 +114,92 @@ def _connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
         check_same_thread=False,
         isolation_level=None,
     )
+    connection.text_factory = _text
     connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    connection.execute("PRAGMA trusted_schema = OFF")  # no SQL functions run from the file
     return connection
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether the file starts as an SQLite database does (SQLite takes an empty file for an
+    empty database, and would write one into it)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def _check(connection: sqlite3.Connection, path: Path) -> dict[str, str]:
     """The recording's meta table; RecordingError when the file is not a recording we read."""
     try:
-        rows = connection.execute("SELECT key, value FROM meta").fetchall()
+        kinds = dict(
+            connection.execute(
+                "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')"
+            ).fetchall()
+        )
+        if kinds.get("meta") != "table":
+            raise RecordingError(f"{path}: not a gpuconsole recording (it has no meta table)")
+        rows = connection.execute(
+            "SELECT key, typeof(value), CASE WHEN length(value) <= ? THEN value END FROM meta "
+            f"WHERE key IN ({', '.join('?' * len(_READ_META))})",
+            (MAX_META_CHARS, *_READ_META),
+        ).fetchall()
     except sqlite3.DatabaseError as error:
         raise RecordingError(f"{path}: not a gpuconsole recording ({error})") from None
-    meta = dict(rows)
+    meta = _meta_values(rows, path)
     if meta.get("format") != FORMAT:
         raise RecordingError(f"{path}: not a gpuconsole recording")
-    version = int(meta.get("version", "0"))
+    version = _version(meta.get("version", "0"), path)
     if version > VERSION:
         raise RecordingError(
             f"{path}: recording format {version} is newer than this gpuconsole reads ({VERSION})"
         )
+    for table in _TABLE_NAMES:
+        if kinds.get(table) != "table":
+            what = "no table" if table not in kinds else f"a {kinds[table]}, not a table:"
+            raise RecordingError(f"{path}: damaged recording ({what} {table})")
+    recorded_schema(meta, path)
     return meta
+
+
+def _meta_values(rows: list[tuple[str, str, object]], path: Path) -> dict[str, str]:
+    meta = {}
+    for key, kind, value in rows:
+        if kind != "text":
+            raise RecordingError(f"{path}: damaged recording (meta {key} is {kind}, not text)")
+        if value is None:
+            raise RecordingError(
+                f"{path}: damaged recording (meta {key} is longer than {MAX_META_CHARS} chars)"
+            )
+        assert isinstance(value, str)
+        meta[key] = value
+    return meta
+
+
+def _version(text: str, path: Path) -> int:
+    if not _VERSION_TEXT.fullmatch(text):
+        raise RecordingError(
+            f"{path}: damaged recording (format version {shown(text)} is not a version number)"
+        )
+    return int(text)
+
+
+def recorded_schema(meta: Mapping[str, str], path: Path) -> dict[str, list[str]]:
+    """The field names the recording's rows were written with (see `codec.schema`)."""
+    try:
+        fields = json.loads(meta.get("schema", ""))
+    except (ValueError, RecursionError):
+        fields = None
+    if not (
+        isinstance(fields, dict)
+        and all(
+            isinstance(names, list) and all(isinstance(n, str) for n in names)
+            for names in fields.values()
+        )
+    ):
+        raise RecordingError(f"{path}: damaged recording (its schema is not lists of field names)")
+    return fields
 
 
 def open_for_reading(path: Path) -> tuple[sqlite3.Connection, dict[str, str]]:
@@ -122,6 +210,8 @@ def open_for_reading(path: Path) -> tuple[sqlite3.Connection, dict[str, str]]:
     """
     if not path.is_file():
         raise RecordingError(f"{path}: no such recording")
+    if not _is_sqlite(path):
+        raise RecordingError(f"{path}: not a gpuconsole recording (file is not a database)")
     try:
         writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
         connection = _connect(path, read_only=not writable)
@@ -129,6 +219,10 @@ def open_for_reading(path: Path) -> tuple[sqlite3.Connection, dict[str, str]]:
         raise RecordingError(f"{path}: cannot open: {error}") from None
     try:
         meta = _check(connection, path)
+        connection.execute("PRAGMA query_only = ON")
+    except sqlite3.Error as error:
+        connection.close()
+        raise RecordingError(f"{path}: cannot open: {error}") from None
     except RecordingError:
         connection.close()
         raise
@@ -137,6 +231,8 @@ def open_for_reading(path: Path) -> tuple[sqlite3.Connection, dict[str, str]]:
 
 def open_for_writing(path: Path) -> tuple[sqlite3.Connection, dict[str, str]]:
     """A connection to append to the recording at ``path`` (see `create`), and its meta."""
+    if not _is_sqlite(path):
+        raise RecordingError(f"{path}: not a gpuconsole recording (file is not a database)")
     try:
         connection = _connect(path)
     except sqlite3.Error as error:
@@ -160,7 +256,7 @@ def create(path: Path, label: str = "") -> bool:
     It never replaces a file, not even one that appears meanwhile.
     """
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         _create(path, label)
     except FileExistsError:
         return False
@@ -173,7 +269,7 @@ def create(path: Path, label: str = "") -> bool:
 
 def _create(path: Path, label: str) -> None:
     """The tables and meta of a new recording at ``path``; FileExistsError if a file is there."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
     os.close(fd)
     meta: Mapping[str, str] = {
         "format": FORMAT,

@@ -11,8 +11,18 @@ import re
 import time
 from datetime import datetime, timedelta, timezone
 
+LATEST_S = float(1 << 34)
+"""No time read from a file is later than this (the year 2514): a time past it, like a 400-digit
+number, is not a time (and `time.gmtime` could not show it)."""
 _TIME_OF_DAY = re.compile(r"^\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*$")
 _EPOCH = re.compile(r"^\s*\d{9,}(?:\.\d+)?\s*$")
+
+
+def is_time(value: object) -> bool:
+    """Whether ``value`` (read from a file) is a time: epoch seconds, 1970 to `LATEST_S`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return 0.0 <= value <= LATEST_S  # NaN compares false
 
 
 def clock(t: float) -> str:
@@ -37,6 +47,8 @@ def parse_moment(text: str, start: float | None = None, end: float | None = None
     before ``start``, the first one after it): "what happened at 03:12" means the last 03:12.
     """
     if _EPOCH.match(text):
+        if not is_time(float(text)):
+            raise ValueError(f"{text[:40]!r} is later than any time ({stamp(LATEST_S)})")
         return float(text)
     if match := _TIME_OF_DAY.match(text.strip().removesuffix("UTC")):
         hours, minutes, seconds = int(match[1]), int(match[2]), int(match[3] or 0)

@@ -8,11 +8,19 @@ Moving the cursor a little forward (a step, playing) reads the new moment into t
 live console takes a new reading. Any other move rebuilds the store at the cursor on a worker:
 first the readings at the cursor alone (shown at once), then with the history before it (trends,
 duration rules, alerts' `for`), which replaces it when ready.
+
+A damaged recording replays what can be read. The damage is said on the screen: the title says the
+recording is damaged, a line above the cursor bar names the first damaged stretch (whose, when,
+what is wrong) and how many more, and each newly found stretch is a notice. The recording is
+checked for damage on a worker at the start; a reading's row is decoded in full only when the
+cursor reaches it, so what that finds is told then. A host whose reading at the cursor is damaged
+shows as stale, with the reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from textual import on
@@ -22,9 +30,10 @@ from textual.containers import Vertical
 from textual.events import Mount
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Static
-from textual.worker import Worker
+from textual.worker import Worker, WorkerState
 
 from gpuconsole import app as app_module
+from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.actions.bundle.inputs import recorded_inputs
 from gpuconsole.alerts.engine import AlertEngine, findings_from
 from gpuconsole.alerts.rules import AlertRule
@@ -49,6 +58,32 @@ JUMP_HISTORY_S = 61
 """History read after a jump: the 60 s the duration rules need (idle memory), and as much of
 the trend lines as a wide host screen shows."""
 SPEEDS = (1, 10, 60)
+CHECK_AROUND_S = 600.0
+"""At the start, the readings this long either side of the cursor are checked in full."""
+DAMAGE_NOTICES = 3
+"""Newly found damaged stretches told as a notice each, at a time; the rest in one more."""
+
+
+class DamageBar(Static):
+    """One line above the cursor bar, there only when the recording is damaged."""
+
+    DEFAULT_CSS = """
+    DamageBar {
+        dock: bottom;
+        height: 1;
+        padding: 0 1;
+        margin-bottom: 2;
+        background: $error 30%;
+        display: none;
+    }
+    """
+
+    def __init__(self) -> None:
+        super().__init__(markup=False)
+
+    def show(self, line: str) -> None:
+        self.update(line)
+        self.display = bool(line)
 
 
 def replayed_alerts(rules: Sequence[AlertRule], store: FleetStore) -> AlertEngine:
@@ -125,6 +160,9 @@ class ReplayApp(GpuConsoleApp):
         )
         self.recorded = EpisodesAt()
         """The findings and alerts open at the cursor, as recorded."""
+        self._label = self.label
+        self._damage_told: set[tuple[str, str, str | None]] = set()
+        """The damaged stretches told in a notice, each once however it grows."""
         self._open_host = host
         self.onsets: list[tuple[float, Severity]] = []
         self.playing = False
@@ -142,6 +180,56 @@ class ReplayApp(GpuConsoleApp):
 
             self.push_screen(HostScreen(self._open_host))
         self._rebuild(self.replay.cursor, first=True)
+        self.run_worker(
+            self._check,
+            thread=True,
+            group="check",
+            exit_on_error=False,
+            description="look for damage in the recording",
+        )
+
+    def _check(self) -> None:
+        """The whole recording's rows as SQL sees them, and the readings around the opening
+        cursor inflated too (elsewhere, a damaged reading is found when the cursor gets there)."""
+        at = self.replay.cursor
+        self.recording.check(contents=False)
+        self.recording.check(at - CHECK_AROUND_S, at + CHECK_AROUND_S)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A worker that read the recording may have found damage; one that failed says why.
+        (The console's own handler runs as well: it takes in the polls' readings.)"""
+        if event.worker.group not in ("check", "replay", "poll"):
+            return
+        if event.state is WorkerState.ERROR and event.worker.group != "poll":
+            self.notify(f"reading the recording failed: {event.worker.error}", severity="error")
+        if event.state in (WorkerState.SUCCESS, WorkerState.ERROR):
+            self._show_damage()
+
+    def _show_damage(self) -> None:
+        """The title and every damage line; a notice for each stretch not told before."""
+        found = self.recording.damage.stretches()
+        if not found:
+            return
+        count = f" ({len(found)} parts, `replay --list` names them)" if len(found) > 1 else ""
+        self.label = f"{self._label} · DAMAGED ({len(found)})"
+        for screen in self.screen_stack:
+            for bar in screen.query(DamageBar):
+                bar.show(f"recording damaged{count}: {found[0].line()}")
+        new = [d for d in found if (d.what, d.table, d.host) not in self._damage_told]
+        if not new:
+            return
+        self._damage_told |= {(d.what, d.table, d.host) for d in new}
+        for damage in new[:DAMAGE_NOTICES]:
+            self.notify(damage.line(), title="recording damaged", severity="error", timeout=15)
+        if len(new) > DAMAGE_NOTICES:
+            self.notify(
+                f"and {len(new) - DAMAGE_NOTICES} more damaged stretches",
+                title="recording damaged",
+                severity="error",
+                timeout=15,
+            )
+        if isinstance(self.screen, ConsoleScreen):
+            self.screen.refresh_view(None)
 
     def _attach_bar(self, screen: Screen[object]) -> None:
         """Every console screen gets a cursor bar (above its footer) once it is composed."""
@@ -151,7 +239,9 @@ class ReplayApp(GpuConsoleApp):
     def _ensure_bar(self, screen: ConsoleScreen) -> None:
         if not screen.query(CursorBar):
             screen.mount(CursorBar())
+            screen.mount(DamageBar())
             screen.call_after_refresh(self._show_cursor)
+            screen.call_after_refresh(self._show_damage)
         else:
             self._show_cursor()
 
@@ -360,4 +450,15 @@ class ReplayApp(GpuConsoleApp):
             "nvidia-smi -q, kernel log, verification: made from a recording; the host as it is "
             "now would not describe it as it was then"
         )
-        start(self, host, lambda: recorded_inputs(self.recording, host, at, (note,)), None)
+        start(self, host, lambda: self._bundle_inputs(host, at, note), None)
+
+    def _bundle_inputs(self, host: str, at: float, note: str) -> BundleInputs:
+        """The bundle's inputs; each damaged stretch of the host (or of the recording's tables)
+        that reading them met is a note: what the bundle lacks, and why."""
+        inputs = recorded_inputs(self.recording, host, at, (note,))
+        damaged = tuple(
+            f"damaged recording: {d.line()}"
+            for d in self.recording.damage.stretches()
+            if d.host in (host, None)
+        )
+        return replace(inputs, notes=inputs.notes + damaged) if damaged else inputs

@@ -2,6 +2,10 @@
 
 The archive is written to a temporary file beside the target and linked into place, which fails
 when the target exists (also when it appeared meanwhile): nothing the user had is replaced.
+
+A bundle tells about hosts, their users and their processes: it is private. The archive is made
+0600 (as `tempfile.mkstemp` makes its file), its members say 0600 (what `tar` gives them when it
+unpacks them), and the folders created for it are 0700.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import platformdirs
+
+from gpuconsole.private_files import PRIVATE_FILE_MODE, make_private_dirs
 
 BUNDLE_DIR_ENV = "GPUCONSOLE_BUNDLE_DIR"
 
@@ -50,7 +56,7 @@ def bundle_path(output: Path | None, name: str) -> Path:
 def write_archive(path: Path, root: str, files: Mapping[str, str], mtime: float) -> None:
     """A tar.gz at ``path`` holding ``root/NAME`` for every file, in order."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         handle, temporary = tempfile.mkstemp(prefix=".bundle-", suffix=".tmp", dir=path.parent)
     except OSError as error:
         raise BundleError(f"{path}: cannot write: {error.strerror or error}") from None
@@ -61,7 +67,7 @@ def write_archive(path: Path, root: str, files: Mapping[str, str], mtime: float)
                 member = tarfile.TarInfo(f"{root}/{name}")
                 member.size = len(data)
                 member.mtime = int(mtime)
-                member.mode = 0o644
+                member.mode = PRIVATE_FILE_MODE
                 tar.addfile(member, io.BytesIO(data))
         os.link(temporary, path)
     except FileExistsError:
