@@ -55,38 +55,65 @@ _TEMPERATURE_C = (-50.0, 200.0)
 _COUNT = (0, 1 << 48)  # ECC counters are 64-bit; a real one never nears 2**48
 _INDEX = (0, MAX_GPUS - 1)
 
+
 # Numeric fields of each model class: the range a real reading falls in, and whether it must be a
 # whole number. NVML documents that fan speed "may exceed 100%" (nvmlDeviceGetFanSpeed).
-_GPU_NUMBERS: dict[str, tuple[tuple[float, float], bool]] = {
-    "utilization_pct": (_PCT, False),
-    "memory_utilization_pct": (_PCT, False),
-    "memory_used_mib": (_MEMORY_MIB, False),
-    "memory_total_mib": (_MEMORY_MIB, False),
-    "temperature_c": (_TEMPERATURE_C, False),
-    "slowdown_temperature_c": (_TEMPERATURE_C, False),
-    "power_w": (_POWER_W, False),
-    "power_limit_w": (_POWER_W, False),
-    "sm_clock_mhz": (_CLOCK_MHZ, False),
-    "sm_clock_max_mhz": (_CLOCK_MHZ, False),
-    "memory_clock_mhz": (_CLOCK_MHZ, False),
-    "memory_clock_max_mhz": (_CLOCK_MHZ, False),
-    "fan_pct": ((0.0, 200.0), False),
-}
+class _Ranges:
+    """Numeric fields of one model class: the range a real reading falls in, and whether it must
+    be a whole number; read together (one attrgetter) because most readings pass them all."""
+
+    __slots__ = ("checks", "get", "names")
+
+    def __init__(self, numbers: dict[str, tuple[tuple[float, float], bool]]) -> None:
+        self.names = tuple(numbers)
+        self.checks = tuple(numbers.values())
+        fetch = operator.attrgetter(*self.names)
+        self.get: Callable[[Any], tuple[Any, ...]] = (
+            fetch if len(self.names) > 1 else (lambda obj: (fetch(obj),))
+        )
+
+
+_GPU_NUMBERS = _Ranges(
+    {
+        "utilization_pct": (_PCT, False),
+        "memory_utilization_pct": (_PCT, False),
+        "memory_used_mib": (_MEMORY_MIB, False),
+        "memory_total_mib": (_MEMORY_MIB, False),
+        "temperature_c": (_TEMPERATURE_C, False),
+        "slowdown_temperature_c": (_TEMPERATURE_C, False),
+        "power_w": (_POWER_W, False),
+        "power_limit_w": (_POWER_W, False),
+        "sm_clock_mhz": (_CLOCK_MHZ, False),
+        "sm_clock_max_mhz": (_CLOCK_MHZ, False),
+        "memory_clock_mhz": (_CLOCK_MHZ, False),
+        "memory_clock_max_mhz": (_CLOCK_MHZ, False),
+        "fan_pct": ((0.0, 200.0), False),
+    }
+)
 _GPU_TEXTS = ("name", "uuid", "pci_bus_id", "pstate", "recovery_action", "compute_mode")
 _GPU_FLAGS = ("persistence_mode", "mig_mode")
-_ECC_NUMBERS = {f.name: (_COUNT, True) for f in dataclasses.fields(EccCounts)}
-_REMAP_NUMBERS = {"correctable": ((0, 1 << 20), True), "uncorrectable": ((0, 1 << 20), True)}
-_PCIE_NUMBERS = {
-    "gen": ((1, 8), True),
-    "max_gen": ((1, 8), True),
-    "width": ((1, 32), True),
-    "max_width": ((1, 32), True),
-}
-_MIG_NUMBERS = {
-    "compute_instance_id": (_INDEX, True),
-    "memory_total_mib": (_MEMORY_MIB, False),
-    "memory_used_mib": (_MEMORY_MIB, False),
-}
+_ECC_NUMBERS = _Ranges({f.name: (_COUNT, True) for f in dataclasses.fields(EccCounts)})
+_REMAP_NUMBERS = _Ranges(
+    {"correctable": ((0, 1 << 20), True), "uncorrectable": ((0, 1 << 20), True)}
+)
+_PCIE_NUMBERS = _Ranges(
+    {
+        "gen": ((1, 8), True),
+        "max_gen": ((1, 8), True),
+        "width": ((1, 32), True),
+        "max_width": ((1, 32), True),
+    }
+)
+_MIG_NUMBERS = _Ranges(
+    {
+        "compute_instance_id": (_INDEX, True),
+        "memory_total_mib": (_MEMORY_MIB, False),
+        "memory_used_mib": (_MEMORY_MIB, False),
+    }
+)
+_PROCESS_NUMBERS = _Ranges(
+    {"used_memory_mib": (_MEMORY_MIB, False), "mig_instance": (_INDEX, True)}
+)
 _TIME = (0.0, float(1 << 34))  # seconds since the epoch: 1970 … the year 2514
 _PID = (1, (1 << 32) - 1)  # Linux's pid_max is at most 2**22; Windows pids are 32-bit
 
@@ -167,13 +194,12 @@ class _Vetting:
         self.bad(where, value, "is not true or false")
         return None
 
-    def fields(
-        self, obj: Any, where: str, numbers: dict[str, tuple[tuple[float, float], bool]]
-    ) -> dict[str, Any]:
+    def fields(self, obj: Any, where: str, ranges: _Ranges) -> dict[str, Any]:
         """The changed numeric fields of ``obj`` (a model dataclass), empty when all pass."""
         changes = {}
-        for name, (bounds, whole) in numbers.items():
-            value = getattr(obj, name)
+        for name, value, (bounds, whole) in zip(
+            ranges.names, ranges.get(obj), ranges.checks, strict=True
+        ):
             kind = type(value)
             if value is None or (
                 (kind is int or (kind is float and not whole)) and bounds[0] <= value <= bounds[1]
@@ -202,7 +228,8 @@ class _Vetting:
         obj: Any,
         kind: type,
         where: str,
-        check: Callable[[Any, str], dict[str, Any]],
+        numbers: _Ranges,
+        flags: tuple[str, ...] = (),
     ) -> Any:
         """A nested reading (ECC counts, a PCIe link...): itself, a checked copy, or None."""
         if obj is None:
@@ -210,7 +237,11 @@ class _Vetting:
         if not isinstance(obj, kind):
             self.bad(where, obj, "is not a reading")
             return None
-        changes = check(obj, where)
+        changes = self.fields(obj, where, numbers)
+        for name in flags:  # RowRemap's pending and failure
+            value = getattr(obj, name)
+            if self.flag(f"{where} {name}", value) is not value:
+                changes[name] = None
         return dataclasses.replace(obj, **changes) if changes else obj
 
 
@@ -317,27 +348,13 @@ def _gpu(vet: _Vetting, gpu: GpuState) -> GpuState:
         value = getattr(gpu, name)
         if value is None:
             continue
-        checked = vet.part(value, kind, f"{where} {name}", _nested(vet, numbers, flags))
+        checked = vet.part(value, kind, f"{where} {name}", numbers, flags)
         if checked is not value:
             changes[name] = checked
     instances = _mig(vet, where, gpu.mig_instances)
     if instances is not None:
         changes["mig_instances"] = instances
     return dataclasses.replace(gpu, **changes) if changes else gpu
-
-
-def _nested(
-    vet: _Vetting, numbers: dict[str, tuple[tuple[float, float], bool]], flags: tuple[str, ...]
-) -> Callable[[Any, str], dict[str, Any]]:
-    def check(obj: Any, where: str) -> dict[str, Any]:
-        changes = vet.fields(obj, where, numbers)
-        for name in flags:
-            value = getattr(obj, name)
-            if vet.flag(f"{where} {name}", value) is not value:
-                changes[name] = None
-        return changes
-
-    return check
 
 
 def _plain(items: tuple[Any, ...], limit: int) -> bool:
@@ -400,11 +417,7 @@ def _process(vet: _Vetting, process: GpuProcess) -> GpuProcess | None:
     if pid is None or gpu is None:
         return None  # a process that cannot be told apart or placed is left out, counted
     where = f"process {pid}"
-    changes = vet.fields(
-        process,
-        where,
-        {"used_memory_mib": (_MEMORY_MIB, False), "mig_instance": (_INDEX, True)},
-    )
+    changes = vet.fields(process, where, _PROCESS_NUMBERS)
     changes.update(vet.texts(process, where, ("user", "command", "container")))
     kind = vet.text(f"{where} kind", process.kind, 32)
     if kind != process.kind:
