@@ -949,6 +949,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Refused as refused:
         print(f"gpuconsole: {refused}", file=sys.stderr)
         return refused.code
+    except KeyboardInterrupt:  # Ctrl+C: each command has cleaned up on its way out
+        print("gpuconsole: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -67,3 +67,23 @@ def test_bad_value_exits_2_with_one_line_error(
     assert bad in error
     assert option in error
     assert result.stderr.rstrip("\n").endswith(error)  # the error is the last thing said
+
+
+def test_ctrl_c_is_one_line_not_a_traceback() -> None:
+    import signal
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "gpuconsole", "oom", "-"],  # waits on a stdin that stays open
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(2)  # past the start, into the read
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 130
+    assert err.strip() == "gpuconsole: interrupted"
