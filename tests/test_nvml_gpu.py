@@ -105,3 +105,57 @@ def test_a_process_holding_memory_shows_with_its_pid(source: NvmlSource) -> None
     finally:
         holder.kill()
         holder.wait(timeout=30)
+
+
+HOSTILE_CUDA_JOB = (  # one short line, so the hostile arguments after it fit on the screen
+    "import sys,torch;b=torch.empty(2**28,dtype=torch.uint8,device='cuda');"
+    "torch.cuda.synchronize();print('ready',flush=True);sys.stdin.read()"
+)
+
+
+def test_a_hostile_cuda_job_reaches_no_terminal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A real CUDA process on the GPU whose command line holds an OSC 52, a title, a screen
+    clear and a forged line: the console's snapshot (text and JSON) and its screen show it as
+    visible text, and the GPU's own reading has no bad value."""
+    import json
+    import os
+
+    from hostile import (
+        HOSTILE_ARGV,
+        foreign_sequences,
+        plain_output_faults,
+        run_in_pty,
+        unsafe_texts,
+    )
+
+    job = subprocess.Popen(
+        [sys.executable, "-c", HOSTILE_CUDA_JOB, *HOSTILE_ARGV],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert job.stdout is not None
+        status = job.stdout.readline().strip()
+        if status != "ready":
+            pytest.skip(f"torch cannot use CUDA here ({status or 'no answer'})")
+        env = {**os.environ, "LANG": "C.UTF-8", "TERM": "xterm-256color"}
+        env.update({v: str(tmp_path / v.lower()) for v in ("XDG_STATE_HOME", "XDG_DATA_HOME")})
+        command = [sys.executable, "-m", "gpuconsole"]
+        text = subprocess.run([*command, "snapshot"], capture_output=True, text=True, env=env)
+        assert plain_output_faults(text.stdout + text.stderr) == []
+        (line,) = [line for line in text.stdout.splitlines() if f"pid {job.pid} " in line]
+        assert "␛]52;c;" in line and "forged line" in line
+        data = json.loads(
+            subprocess.run(
+                [*command, "snapshot", "--json"], capture_output=True, text=True, env=env
+            ).stdout
+        )
+        assert unsafe_texts(data) == [] and data["bad_values"] == 0
+        keys = [(6.0, b"\r"), (8.0, b"\t"), (10.0, b"q")]
+        output, _ = run_in_pty(command, env, keys, size=(300, 40))
+        assert foreign_sequences(output) == []
+        assert "␛]52;c;".encode() in output or b"hostile-job" in output
+    finally:
+        job.kill()
+        job.wait(timeout=30)
