@@ -38,7 +38,7 @@ async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(make_a
         table = screen.query_one("#memory-trials")
         assert table.row_count == len(report.trials) >= 2
         first = table.get_row_at(0)
-        assert first[0] == "bf16+checkpoint" and first[-1] == "fits"
+        assert first[0].plain == "bf16+checkpoint" and first[-1].plain == "fits"
         result = str(screen.query_one("#memory-result").render())
         assert "recommended: bf16+checkpoint" in result
         assert "largest batch under the target" in result
