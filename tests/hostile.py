@@ -31,7 +31,7 @@ SIXEL = "\x1bPq#0;2;0;0;0#0~~\x1b\\"
 CSI_8BIT = "\x9b2J"
 BIDI = "\u202egnp.exe"
 PAYLOAD = "SE9TVElMRQ"
-"""The clipboard payload: seen in raw output only if an OSC 52 from content got through."""
+"""The clipboard payload: behind an OSC 52 in raw output only if one from content got through."""
 
 HOSTILE_SMI_FIELDS: dict[str, dict[str, str]] = {
     "name": {
@@ -95,7 +95,7 @@ def foreign_sequences(output: bytes) -> list[str]:
     found += [f"string {m.group()!r}" for m in re.finditer(rb"\x1b[P_^X]", output)]
     text = output.decode("utf-8", "replace")
     found += [f"8-bit control {c!r}" for c in set(re.findall("[\x80-\x9f]", text))]
-    if PAYLOAD.encode() in output:
+    if f"\x1b]52;c;{PAYLOAD}".encode() in output:  # as visible text (␛]52;…) it is harmless
         found.append("the clipboard payload")
     return found
 
