@@ -245,10 +245,12 @@ class _Vetting:
         return dataclasses.replace(obj, **changes) if changes else obj
 
 
-def vetted(snapshot: HostSnapshot) -> HostSnapshot:
+def vetted(snapshot: HostSnapshot, known: HostSnapshot | None = None) -> HostSnapshot:
     """``snapshot`` with its text made visible and its impossible values N/A, counted.
 
     Returns ``snapshot`` itself when everything passes, so a clean reading costs no copy.
+    ``known``: a reading that passed already (a recording's keyframe) whose parts ``snapshot``
+    shares (the very GPU objects, the process tuple...): those are not checked again.
     """
     vet = _Vetting()
     changes: dict[str, Any] = {}
@@ -256,18 +258,22 @@ def vetted(snapshot: HostSnapshot) -> HostSnapshot:
     if not (isinstance(snapshot.time, int | float) and _TIME[0] <= snapshot.time <= _TIME[1]):
         # A reading needs a time; one that has none usable is taken as not at all readable.
         raise ValueError(f"{visible(str(snapshot.host), 80)}: reading time {shown(snapshot.time)}")
-    gpus = _gpus(vet, snapshot.gpus)
+    passed = {id(gpu) for gpu in known.gpus} if known is not None else set()
+    gpus = _gpus(vet, snapshot.gpus, passed)
     if gpus is not None:
         changes["gpus"] = gpus
-    processes = _processes(vet, snapshot.processes)
-    if processes is not None:
-        changes["processes"] = processes
-    topology = _topology(vet, snapshot.topology)
-    if topology is not snapshot.topology:
-        changes["topology"] = topology
-    xid_events = _xids(vet, snapshot.xid_events)
-    if xid_events is not None:
-        changes["xid_events"] = xid_events
+    if known is None or snapshot.processes is not known.processes:
+        processes = _processes(vet, snapshot.processes)
+        if processes is not None:
+            changes["processes"] = processes
+    if known is None or snapshot.topology is not known.topology:
+        topology = _topology(vet, snapshot.topology)
+        if topology is not snapshot.topology:
+            changes["topology"] = topology
+    if known is None or snapshot.xid_events is not known.xid_events:
+        xid_events = _xids(vet, snapshot.xid_events)
+        if xid_events is not None:
+            changes["xid_events"] = xid_events
     if vet.count:
         changes["bad_values"] = changes.get("bad_values", snapshot.bad_values) + vet.count
         notes = changes.get("bad_value_notes", snapshot.bad_value_notes)
@@ -298,8 +304,11 @@ def _text_fields(vet: _Vetting, snapshot: HostSnapshot, changes: dict[str, Any])
         changes.update(bad_values=count, bad_value_notes=kept)
 
 
-def _gpus(vet: _Vetting, gpus: tuple[GpuState, ...]) -> tuple[GpuState, ...] | None:
-    """The checked GPUs, or None when every one passed as it was."""
+def _gpus(
+    vet: _Vetting, gpus: tuple[GpuState, ...], passed: set[int]
+) -> tuple[GpuState, ...] | None:
+    """The checked GPUs, or None when every one passed as it was (those whose id is in
+    ``passed`` did already)."""
     kept: list[GpuState] = []
     seen: set[int] = set()
     changed = False
@@ -315,7 +324,7 @@ def _gpus(vet: _Vetting, gpus: tuple[GpuState, ...]) -> tuple[GpuState, ...] | N
             changed = True
             break
         seen.add(index)
-        checked = _gpu(vet, gpu)
+        checked = gpu if id(gpu) in passed else _gpu(vet, gpu)
         changed = changed or checked is not gpu
         kept.append(checked)
     return tuple(kept) if changed else None

@@ -244,3 +244,12 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 def test_a_real_h200_dump_has_no_bad_values(name: str) -> None:
     snapshot = parse_dump((FIXTURES / name).read_text(), "h200", 1.0)
     assert snapshot.gpus and snapshot.bad_values == 0, snapshot.bad_value_notes
+
+
+def test_what_a_known_reading_shares_is_not_checked_again_what_changed_is() -> None:
+    keyframe = vetted(HostSnapshot("h", 1.0, (GpuState(0, temperature_c=40.0), GpuState(1))))
+    changed = GpuState(1, temperature_c=1e308)
+    delta = dataclasses.replace(keyframe, time=2.0, gpus=(keyframe.gpus[0], changed))
+    checked = vetted(delta, keyframe)
+    assert checked.gpus[0] is keyframe.gpus[0]
+    assert checked.gpus[1].temperature_c is None and checked.bad_values == 1

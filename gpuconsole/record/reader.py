@@ -348,11 +348,9 @@ class Recording:
         if problem is not None:
             raise self._damaged_reading(host, when, problem)
         try:
-            snapshot = self._decode(db, host, ident, t, key, row[4])
+            return self._decode(db, host, ident, t, key, row[4])
         except RowError as error:
             raise self._damaged_reading(host, when, str(error)) from None
-        try:
-            return vetted(snapshot)
         except (ValueError, TypeError, OverflowError, RecursionError) as error:
             what = f"reading does not pass the checks ({type(error).__name__}: {error})"
             raise self._damaged_reading(host, when, visible(what, 200)) from None
@@ -375,13 +373,14 @@ class Recording:
                 if problem is not None:
                     raise RowError(problem)
                 keyframe = found[4]
-            cached = self._decoder.keyframe(host, key, keyframe)
+            cached = vetted(self._decoder.keyframe(host, key, keyframe))
             self._keyframes[(ident, key)] = cached
             if len(self._keyframes) > _KEYFRAME_CACHE:
                 self._keyframes.popitem(last=False)
         else:
             self._keyframes.move_to_end((ident, key))
-        return cached if t == key else self._decoder.delta(cached, t, data)
+        # A delta shares its keyframe's unchanged GPUs: only what it changed is checked again.
+        return cached if t == key else vetted(self._decoder.delta(cached, t, data), cached)
 
     # --- checking --------------------------------------------------------------------------------
 
