@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 from hostile import (
+    CLEAR,
     HOSTILE_SMI_FIELDS,
+    TITLE,
+    UNENDING,
     foreign_sequences,
     plain_output_faults,
     run_in_pty,
@@ -37,7 +40,7 @@ from gpuconsole.hosts.supervisor import Backoff, Supervisor
 from gpuconsole.model import HostSnapshot
 from gpuconsole.terminal import PLAIN_OUTPUT_ENV
 
-pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
+needs_sshd = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
 
 ROOT = Path(__file__).resolve().parent.parent
 XDG_DIRS = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
@@ -107,6 +110,7 @@ def _read(server: Sshd) -> HostSnapshot:
         source.close()
 
 
+@needs_sshd
 def test_the_hostile_hosts_readings_are_data(hostile_sshd: Sshd) -> None:
     snapshot = _read(hostile_sshd)
     assert unsafe_texts(snapshot) == []
@@ -126,6 +130,7 @@ def test_the_hostile_hosts_readings_are_data(hostile_sshd: Sshd) -> None:
     assert "ecc-uncorrectable" not in codes  # -5 uncorrectable errors is not a finding
 
 
+@needs_sshd
 @pytest.mark.parametrize("plain", [False, True], ids=["cell-diffing", "textual-plain"])
 def test_the_console_writes_none_of_it_to_the_terminal(
     hostile_sshd: Sshd, tmp_path: Path, plain: bool
@@ -146,6 +151,7 @@ def test_the_console_writes_none_of_it_to_the_terminal(
     assert "␛]0;owned".encode() in output or "␛]52".encode() in output
 
 
+@needs_sshd
 def test_subcommands_print_it_as_visible_text(hostile_sshd: Sshd, tmp_path: Path) -> None:
     env = _env(hostile_sshd, tmp_path)
     runs = {
@@ -173,3 +179,30 @@ def test_subcommands_print_it_as_visible_text(hostile_sshd: Sshd, tmp_path: Path
             data = json.loads(done.stdout)
             assert unsafe_texts(data) == []
             assert data["bad_values"] >= 4
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_triage_of_a_doctored_dump_prints_it_as_visible_text(tmp_path: Path, as_json: bool) -> None:
+    """A `-q` dump from a ticket whose driver version (printed by triage) and GPU name hold a
+    title, a screen clear and an OSC that never ends (XML cannot hold these characters; `-q`
+    text can)."""
+    real = (ROOT / "tests" / "fixtures" / "nvidia-smi" / "h200-q-loaded.txt").read_text()
+    doctored = tmp_path / "ticket-1234.txt"
+    doctored.write_text(
+        real.replace(": 580.159.04\n", f": 580.159.04{TITLE}{CLEAR}{UNENDING}\n", 1).replace(
+            ": NVIDIA H200\n", f": NVIDIA H200{TITLE}{CLEAR}\n", 1
+        )
+    )
+    args = ["triage", "--from", str(doctored), *(["--json"] if as_json else [])]
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuconsole", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode in (0, 1, 2), done.stderr
+    assert plain_output_faults(done.stdout + done.stderr) == []
+    shown = json.loads(done.stdout)["driver_version"] if as_json else done.stdout
+    assert "580.159.04␛]0;owned␇␛[2J" in shown

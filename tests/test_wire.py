@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hostile import unsafe_texts
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuconsole.clock import ManualClock
 from gpuconsole.model import EccCounts, GpuProcess, PcieLink, RowRemap
@@ -444,3 +447,59 @@ def test_smi_stream_of_one_gpu(stream: AgentStream) -> None:
         event.snapshot.gpus[0].utilization_pct for event in events if isinstance(event, Reading)
     ]
     assert utilizations == [20.0, 30.0, 40.0]
+
+
+# --- whatever an agent (or what answers in its place) sends ---------------------------------------
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(alphabet=st.sampled_from(list("\x1b]52;c\x07\n\x9b\u202eab0 ")) | st.characters()),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_hostile_text = st.text(alphabet=st.sampled_from(list("\x1b]52;c\x07\n\x9b\u202eab0 ")))
+_gpu_entries = st.fixed_dictionaries(
+    {"index": st.integers(0, 7) | st.integers()},
+    optional={
+        key: _json_values | _hostile_text
+        for key in ("name", "uuid", "temperature_c", "memory_used_mib", "memory_total_mib",
+                    "ecc", "pcie", "remap", "throttle_mask", "pstate", "lost", "power_w")
+    },
+)  # fmt: skip
+_process_entries = st.fixed_dictionaries(
+    {"pid": st.integers(1, 1 << 22) | st.integers(), "gpu": st.integers(0, 7)},
+    optional={
+        key: _json_values | _hostile_text
+        for key in ("used_memory_mib", "user", "command", "cgroup", "kind")
+    },
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gpus=st.lists(_gpu_entries, max_size=3),
+    processes=st.lists(_process_entries, max_size=3),
+    noise=st.text(max_size=40),
+)
+def test_any_line_is_an_event_or_counted_and_a_reading_holds_only_data(
+    gpus: list[dict[str, object]], processes: list[dict[str, object]], noise: str
+) -> None:
+    stream = AgentStream("gpu-node-07", clock=lambda: 1_767_225_600.0)
+    stream.feed(hello("sim", topology=None))
+    for text in (
+        line("reading", seq=1, time=1.0, gpus=gpus, processes=processes),
+        noise,
+        line("error", time=1.0, message=noise),
+    ):
+        event = stream.feed(text)  # never raises, whatever the line holds
+        if isinstance(event, Reading):
+            assert unsafe_texts(event.snapshot) == []
+            assert all(0 <= g.index < 1024 for g in event.snapshot.gpus)
+        elif isinstance(event, AgentError):
+            assert unsafe_texts(event.message) == []
+    assert unsafe_texts(stream.last_malformed or "") == []
