@@ -7,13 +7,15 @@ client key. `home` is a directory laid out as a user's home (`.ssh/id_ed25519`, 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -142,3 +144,48 @@ class Sshd:
 
 def _user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def run_gpuconsole(home: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """``gpuconsole ARGS`` as a user runs it: a subprocess whose HOME is ``home`` (its
+    ``~/.ssh`` names the test servers), with no SSH agent."""
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("SSH_AUTH_SOCK", None)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuconsole", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
+    """Poll ``condition`` until it holds; AssertionError naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}")
+
+
+def running(marker: str) -> list[psutil.Process]:
+    """Processes whose command line holds ``marker``: the shell running it (`sh -c '...'`), and
+    the command itself (which the shell may have become by exec: `sleep` `308`)."""
+    return [
+        process
+        for process in psutil.process_iter(["cmdline"])
+        if marker in " ".join(process.info["cmdline"] or [])
+    ]
+
+
+async def gone(marker: str, within: float = 10.0) -> bool:
+    """Whether every process ``running(marker)`` finds has ended within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not running(marker):
+            return True
+        await asyncio.sleep(0.1)
+    return False

@@ -14,17 +14,14 @@ import pwd
 import re
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pilot_wait import until
-from sshd import Sshd, sshd_available
+from sshd import Sshd, gone, run_gpuconsole, running, sshd_available, wait_for
 
 from gpuconsole.actions.verify.shell import SshShell
 from gpuconsole.app import GpuConsoleApp
@@ -192,7 +189,7 @@ def test_a_damaged_known_hosts_makes_the_host_down_naming_file_and_line(
         assert link.state is HostState.DOWN
         assert one_line(link.reason) == f"gpu-test: {sshd.known_hosts} {words}"
         sshd.known_hosts.write_bytes(good)
-        _wait(lambda: link.state is HostState.LIVE, "the host to come back")
+        wait_for(lambda: link.state is HostState.LIVE, LINK_S, "the host to come back")
     finally:
         source.close()
 
@@ -200,12 +197,12 @@ def test_a_damaged_known_hosts_makes_the_host_down_naming_file_and_line(
 def test_hosts_check_says_why_in_text_and_json(sshd: Sshd, home: Path) -> None:
     config = bad_config(sshd, "an Include loop")
     expected = f"gpu-test: ssh config {config}{BAD_CONFIGS['an Include loop'][1]}"
-    done = gpuconsole(home, "hosts", "check", "--json", "--hosts", "gpu-test")
+    done = run_gpuconsole(home, "hosts", "check", "--json", "--hosts", "gpu-test")
     assert done.returncode == 2, done.stderr
     assert json.loads(done.stdout) == [
         {"name": "gpu-test", "state": "down", "reason": expected, "gpus": None}
     ]
-    done = gpuconsole(home, "hosts", "check", "--hosts", "gpu-test")
+    done = run_gpuconsole(home, "hosts", "check", "--hosts", "gpu-test")
     assert done.returncode == 2, done.stderr
     assert done.stdout.splitlines() == [f"gpu-test  {'down':<17}  {'-':>7}  {expected}"]
 
@@ -297,7 +294,7 @@ def test_an_inventory_number_out_of_range_is_one_line_naming_file_key_and_value(
 ) -> None:
     inventory = tmp_path / "hosts.toml"
     inventory.write_text(text)
-    done = gpuconsole(home, "hosts", "check", "--inventory", str(inventory))
+    done = run_gpuconsole(home, "hosts", "check", "--inventory", str(inventory))
     assert done.returncode == 2
     assert done.stderr == f"gpuconsole: {inventory}:{line}: {message}\n"
     assert done.stdout == ""
@@ -321,20 +318,20 @@ async def test_a_timed_out_run_kills_its_command_and_children_on_the_host(
 ) -> None:
     output = await shell.run("sleep 317 & sleep 318", 1.0)
     assert output.exit_code is None and output.stderr == "no answer within 1 s"
-    assert await _gone("sleep 317") and await _gone("sleep 318")
+    assert await gone("sleep 317") and await gone("sleep 318")
 
 
 async def test_a_cancelled_run_kills_its_command_on_the_host(shell: SshShell) -> None:
     task = asyncio.create_task(shell.run("sleep 319", 60.0))
     for _ in range(100):
-        if _running("sleep 319"):
+        if running("sleep 319"):
             break
         await asyncio.sleep(0.1)
-    assert _running("sleep 319")
+    assert running("sleep 319")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await _gone("sleep 319")
+    assert await gone("sleep 319")
 
 
 async def test_a_run_cancelled_before_its_group_is_read_still_kills_its_command(
@@ -356,15 +353,15 @@ async def test_a_run_cancelled_before_its_group_is_read_still_kills_its_command(
     monkeypatch.setattr(module, "_told", not_yet)
     task = asyncio.create_task(shell.run("sleep 323", 60.0))
     for _ in range(100):
-        if _running("sleep 323"):
+        if running("sleep 323"):
             break
         await asyncio.sleep(0.1)
-    assert _running("sleep 323") and len(calls) == 1
+    assert running("sleep 323") and len(calls) == 1
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert len(calls) == 2
-    assert await _gone("sleep 323")
+    assert await gone("sleep 323")
 
 
 async def test_a_run_cancelled_while_its_channel_opens_still_kills_its_command(
@@ -383,14 +380,14 @@ async def test_a_run_cancelled_while_its_channel_opens_still_kills_its_command(
     monkeypatch.setattr(connection, "create_process", slow_answer)
     task = asyncio.create_task(shell.run("sleep 324", 60.0))
     for _ in range(100):
-        if _running("sleep 324"):
+        if running("sleep 324"):
             break
         await asyncio.sleep(0.05)
-    assert _running("sleep 324") and not task.done()
+    assert running("sleep 324") and not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await _gone("sleep 324")
+    assert await gone("sleep 324")
 
 
 async def test_a_finished_run_reads_as_before(shell: SshShell) -> None:
@@ -425,7 +422,7 @@ async def test_what_a_login_shell_prints_first_stays_output(tmp_path: Path) -> N
             assert lines == ["welcome-from-rc", "out"] and streamed.exit_code == 0
             timed_out = await noisy.run("sleep 321", 1.0)
             assert timed_out.exit_code is None
-            assert await _gone("sleep 321")
+            assert await gone("sleep 321")
     finally:
         server.kill()
 
@@ -441,7 +438,7 @@ def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> Iterat
         ["ssh-agent", "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL
     )
     try:
-        _wait(socket_path.exists, "the agent's socket")
+        wait_for(socket_path.exists, LINK_S, "the agent's socket")
         env = {**os.environ, "SSH_AUTH_SOCK": str(socket_path)}
         subprocess.run(["ssh-add", "-q", str(sshd.client_key)], env=env, check=True)
         monkeypatch.setenv("SSH_AUTH_SOCK", str(socket_path))
@@ -708,47 +705,6 @@ def test_any_ssh_config_is_planned_or_refused_in_one_line(
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def gpuconsole(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(home)}
-    env.pop("SSH_AUTH_SOCK", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=90,
-        check=False,
-    )
-
-
-def _running(marker: str) -> list[psutil.Process]:
-    """Processes whose command line holds ``marker``: the shell running it (`sh -c '...'`), and
-    the command itself (which the shell may have become by exec: `sleep` `300`)."""
-    return [
-        process
-        for process in psutil.process_iter(["cmdline"])
-        if marker in " ".join(process.info["cmdline"] or [])
-    ]
-
-
-async def _gone(marker: str, within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not _running(marker):
-            return True
-        await asyncio.sleep(0.1)
-    return False
-
-
-def _wait(condition: Callable[[], object], what: str, timeout: float = LINK_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _user() -> str:

@@ -7,14 +7,11 @@ aliases), the key and known_hosts, against the test sshd.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pilot_wait import until
-from sshd import Sshd, free_port, sshd_available
+from sshd import Sshd, free_port, run_gpuconsole, sshd_available
 
 from gpuconsole.app import GpuConsoleApp
 from gpuconsole.hosts.inventory import hosts_from_option
@@ -30,19 +27,6 @@ pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is no
 LINK_S = 15.0
 
 
-def gpuconsole(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(home)}
-    env.pop("SSH_AUTH_SOCK", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-
-
 @pytest.fixture
 def home(sshd: Sshd) -> Path:
     """A home whose ~/.ssh/config names the test sshd `gpu-test` and a closed port `gpu-off`."""
@@ -54,7 +38,7 @@ def home(sshd: Sshd) -> Path:
 
 
 def test_hosts_check_reports_each_host_by_name_from_ssh_config(home: Path) -> None:
-    done = gpuconsole(home, "hosts", "check", "--json", "--hosts", "gpu-test,gpu-off")
+    done = run_gpuconsole(home, "hosts", "check", "--json", "--hosts", "gpu-test,gpu-off")
     assert done.returncode == 2, done.stderr
     results = {r["name"]: r for r in json.loads(done.stdout)}
     assert results["gpu-test"] == {"name": "gpu-test", "state": "live", "reason": None, "gpus": 8}
@@ -68,13 +52,13 @@ def test_hosts_check_flags_a_gpu_count_that_differs_from_the_inventory(
 ) -> None:
     inventory = tmp_path / "hosts.toml"
     inventory.write_text("[hosts.gpu-test]\ngpus = 4\n")
-    done = gpuconsole(home, "hosts", "check", "--inventory", str(inventory))
+    done = run_gpuconsole(home, "hosts", "check", "--inventory", str(inventory))
     assert done.returncode == 1, done.stderr
     assert "8 GPUs found, the inventory expects 4" in done.stdout
 
 
 def test_snapshot_of_a_remote_host(home: Path) -> None:
-    done = gpuconsole(home, "snapshot", "--json", "--hosts", "gpu-test", "--host", "gpu-test")
+    done = run_gpuconsole(home, "snapshot", "--json", "--hosts", "gpu-test", "--host", "gpu-test")
     assert done.returncode in (0, 1, 2), done.stderr
     snapshot = json.loads(done.stdout)
     assert snapshot["host"] == "gpu-test"
@@ -83,7 +67,7 @@ def test_snapshot_of_a_remote_host(home: Path) -> None:
 
 
 def test_snapshot_of_an_unreachable_host_is_one_line(home: Path) -> None:
-    done = gpuconsole(home, "snapshot", "--hosts", "gpu-off", "--host", "gpu-off")
+    done = run_gpuconsole(home, "snapshot", "--hosts", "gpu-off", "--host", "gpu-off")
     assert done.returncode == 3
     assert done.stderr.count("\n") == 1
     assert "gpu-off" in done.stderr and "Traceback" not in done.stderr
@@ -92,14 +76,14 @@ def test_snapshot_of_an_unreachable_host_is_one_line(home: Path) -> None:
 def test_a_bad_inventory_names_file_and_line(home: Path, tmp_path: Path) -> None:
     inventory = tmp_path / "hosts.toml"
     inventory.write_text("[hosts.gpu-test]\nport = 0\n")
-    done = gpuconsole(home, "hosts", "check", "--inventory", str(inventory))
+    done = run_gpuconsole(home, "hosts", "check", "--inventory", str(inventory))
     assert done.returncode == 2
     assert done.stderr.startswith(f"gpuconsole: {inventory}:2:")
     assert done.stdout == ""
 
 
 def test_hosts_check_without_an_inventory_says_how_to_give_one(home: Path) -> None:
-    done = gpuconsole(home, "hosts", "check")
+    done = run_gpuconsole(home, "hosts", "check")
     assert done.returncode == 2
     assert "no inventory" in done.stderr
 
@@ -144,7 +128,7 @@ def test_a_host_behind_a_jump_host(
     inventory.write_text(
         f'[hosts.gpu-behind]\naddress = "127.0.0.1"\nport = {sshd.port}\njump = "{jump}"\n'
     )
-    done = gpuconsole(home, "hosts", "check", "--json", "--inventory", str(inventory))
+    done = run_gpuconsole(home, "hosts", "check", "--json", "--inventory", str(inventory))
     (result,) = json.loads(done.stdout)
     assert result["state"] == state, result
     assert done.returncode == (0 if state == "live" else 2)

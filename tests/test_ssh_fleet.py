@@ -11,12 +11,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
-from sshd import Sshd, free_port, keygen, sshd_available
+from sshd import Sshd, free_port, keygen, sshd_available, wait_for
 
 from gpuconsole.hosts.inventory import HostDefaults, HostEntry
 from gpuconsole.hosts.source import SshSource
@@ -62,15 +61,6 @@ def source_for(server: Sshd, mode: str = "sim", **options: object) -> SshSource:
         **options,  # type: ignore[arg-type]
     )
     return SshSource(supervisor)
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}")
 
 
 def agent_pids() -> list[int]:

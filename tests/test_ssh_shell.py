@@ -7,31 +7,12 @@ import asyncio
 from pathlib import Path
 
 import asyncssh
-import psutil
 import pytest
-from sshd import Sshd, sshd_available
+from sshd import Sshd, gone, running, sshd_available
 
 from gpuconsole.actions.verify.shell import SshShell
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
-
-
-def running(marker: str) -> list[psutil.Process]:
-    """Processes whose command line holds ``marker``: the shell running it (`sh -c '...'`), and
-    the command itself (which the shell may have become by exec: `sleep` `308`)."""
-    return [
-        process
-        for process in psutil.process_iter(["cmdline"])
-        if marker in " ".join(process.info["cmdline"] or [])
-    ]
-
-
-async def _gone(marker: str, within: float = 10.0) -> bool:
-    for _ in range(int(within / 0.2)):
-        if not running(marker):
-            return True
-        await asyncio.sleep(0.2)
-    return False
 
 
 @pytest.fixture
@@ -64,14 +45,14 @@ async def test_a_stopped_stream_kills_its_commands_on_the_host(shell: SshShell) 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await _gone("sleep 307") and await _gone("sleep 308")
+    assert await gone("sleep 307") and await gone("sleep 308")
     assert lines == ["started"]  # the process-group line is the shell's, not the command's
 
 
 async def test_a_timed_out_stream_kills_its_command_on_the_host(shell: SshShell) -> None:
     output = await shell.stream("sleep 309", 1.0, lambda _line: None)
     assert output.exit_code is None and "no answer within 1 s" in output.stderr
-    assert await _gone("sleep 309")
+    assert await gone("sleep 309")
 
 
 async def test_a_finished_stream_reads_as_before(shell: SshShell) -> None:
