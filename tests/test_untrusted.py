@@ -25,6 +25,8 @@ from gpuconsole.model import (
     Topology,
     XidEvent,
 )
+from gpuconsole.telemetry import SourceError
+from gpuconsole.telemetry.prometheus import PrometheusSource
 from gpuconsole.telemetry.smi import parse_dump
 from gpuconsole.terminal.diff import ScreenDiff
 from gpuconsole.terminal.plain import GuardedStream, printable
@@ -253,3 +255,65 @@ def test_what_a_known_reading_shares_is_not_checked_again_what_changed_is() -> N
     checked = vetted(delta, keyframe)
     assert checked.gpus[0] is keyframe.gpus[0]
     assert checked.gpus[1].temperature_c is None and checked.bad_values == 1
+
+
+# --- Prometheus's answers: what its exporters wrote, in labels and values -------------------------
+
+_label_values = hostile_text | st.sampled_from(["0", "1", "7", "gpu-a01", "9" * 400]) | anything
+_metric_names = st.sampled_from(
+    ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
+     "DCGM_FI_DEV_XID_ERRORS", "gpuconsole_host_state", "up"]
+)  # fmt: skip
+_samples = st.builds(
+    lambda good, junk: [*good, *junk],
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "metric": st.fixed_dictionaries(
+                    {"__name__": _metric_names, "Hostname": hostile_text | _label_values},
+                    optional={
+                        "gpu": _label_values,
+                        "modelName": _label_values,
+                        "state": _label_values,
+                    },
+                ),
+                "value": st.tuples(st.floats(0, 2e9), st.sampled_from(["1", "85", "-5", "1e308"]))
+                | anything,
+            }
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.lists(anything | st.fixed_dictionaries({"metric": anything}), max_size=2),
+)
+
+
+class _Answers:
+    """A Prometheus API that answers every query with the same samples."""
+
+    url = "http://127.0.0.1:9090"
+
+    def __init__(self, samples: list[object]) -> None:
+        self.samples = samples
+
+    def query(self, promql: str, at: float) -> list[object]:
+        return [
+            s for s in self.samples if isinstance(s, dict) and isinstance(s.get("metric"), dict)
+        ]
+
+
+@PROPERTY
+@given(samples=_samples)
+def test_any_prometheus_answer_reads_as_data_or_a_reason(samples: list[object]) -> None:
+    try:
+        source = PrometheusSource("http://127.0.0.1:9090", api=_Answers(samples), clock=lambda: 1e9)
+    except SourceError:
+        return  # no GPU metric among them: said in one line
+    assert unsafe_texts(source.hosts) == []
+    for host in source.hosts:
+        try:
+            snapshot = source.read(host)
+        except SourceError as error:
+            assert "\n" not in str(error)
+            continue
+        assert unsafe_texts(snapshot) == [] and snapshot.host == host

@@ -43,7 +43,7 @@ from gpuconsole.model import (
 )
 from gpuconsole.prom import dcgm
 from gpuconsole.telemetry import SourceError
-from gpuconsole.untrusted import vetted
+from gpuconsole.untrusted import vetted, visible
 
 _PRESENCE = ("utilization_pct", "temperature_c", "memory_used_mib")
 """A host exists for the source when Prometheus has one of these for it (or, from the console
@@ -101,8 +101,12 @@ class PrometheusApi:
         except (ValueError, KeyError, TypeError):
             raise PrometheusError(_not_prometheus(self.url, "")) from None
         if answer.get("status") != "success" or answer["data"].get("resultType") != "vector":
-            raise PrometheusError(f"Prometheus at {self.url}: {answer.get('error', answer)}")
-        return result
+            error = visible(str(answer.get("error", "not a vector")), 200)
+            raise PrometheusError(f"Prometheus at {self.url}: {error}")
+        if not isinstance(result, list):
+            raise PrometheusError(_not_prometheus(self.url, ""))
+        # What the readers index: a sample's labels (a mapping) and its [time, value] pair.
+        return [s for s in result if isinstance(s, dict) and isinstance(s.get("metric"), dict)]
 
 
 @contextmanager
@@ -239,10 +243,12 @@ class PrometheusSource:
         host_of, names, isfinite = self._host_of, _NAMES, math.isfinite
         for sample in samples:
             labels = sample["metric"]
-            known = names.get(labels.get("__name__"))
+            name = labels.get("__name__")
+            known = names.get(name) if isinstance(name, str) else None
             if known is None:
-                if labels.get("__name__") == dcgm.HOST_STATE_METRIC:
-                    states[host_of(labels)] = labels.get("state", "")
+                state = labels.get("state")
+                if name == dcgm.HOST_STATE_METRIC and isinstance(state, str):
+                    states[host_of(labels)] = state
                 continue
             try:
                 index = int(labels["gpu"])
@@ -291,10 +297,12 @@ class PrometheusSource:
 
     @staticmethod
     def _host_of(labels: dict[str, str]) -> str:
-        for label in dcgm.HOST_LABELS:
-            if labels.get(label):
-                return labels[label]
-        return labels.get("instance", "")
+        """The host a sample's labels name, made visible (labels are what exporters wrote)."""
+        for label in (*dcgm.HOST_LABELS, "instance"):
+            value = labels.get(label)
+            if value and isinstance(value, str):
+                return visible(value, 255)
+        return ""
 
 
 # --- the one query of a round -----------------------------------------------------------------
