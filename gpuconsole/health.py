@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gpuconsole import xid as xids
+from gpuconsole.limits import MEMORY_FULL_FRACTION, MEMORY_RESERVE_FRACTION, TEMP_HIGH_C
 from gpuconsole.model import (
     Finding,
     GpuProcess,
@@ -28,12 +29,9 @@ from gpuconsole.model import (
 class Thresholds:
     """The tunable limits of the rules; the defaults are the guide's."""
 
-    temp_high_c: float = 85.0
-    """The guide's alert threshold; slowdown itself starts at the GPU's own slowdown temperature."""
-    memory_full_fraction: float = 0.95
-    """Above this a job's next allocation likely fails with out-of-memory."""
-    memory_reserve_fraction: float = 0.80
-    """The guide advises keeping 20 % of GPU memory free as a buffer."""
+    temp_high_c: float = TEMP_HIGH_C
+    memory_full_fraction: float = MEMORY_FULL_FRACTION
+    memory_reserve_fraction: float = MEMORY_RESERVE_FRACTION
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -53,14 +51,16 @@ RULES: dict[str, str] = {
     "gpu-lost": "the GPU stopped answering (fallen off the bus)",
     "xid": "the driver reported an XID error for the GPU",
     "thermal-throttle": "the GPU slows its clocks because it is too hot",
-    "temp-high": "the GPU is at or above the alert temperature (85 °C), not yet slowing down",
+    "temp-high": f"the GPU is at or above the alert temperature ({TEMP_HIGH_C:g} °C), not yet "
+    "slowing down",
     "power-brake": "an external power brake (PSU or board) slows the GPU down",
     "hw-slowdown": "hardware slowdown engaged without a more specific reason",
     "ecc-uncorrectable": "uncorrectable ECC errors since the driver loaded",
     "row-remap-pending": "an HBM row remap waits for a GPU reset",
     "row-remap-failure": "the GPU failed to remap a faulty HBM row",
     "pcie-degraded": "the PCIe link trained below its width, or below its generation under load",
-    "mem-pressure": "more than 80 % of GPU memory used (the guide's 20 % reserve); 95 % warns",
+    "mem-pressure": f"more than {_pct(MEMORY_RESERVE_FRACTION)} of GPU memory used (the guide's "
+    f"{_pct(1 - MEMORY_RESERVE_FRACTION)} reserve); {_pct(MEMORY_FULL_FRACTION)} warns",
     "recovery-action": "the driver asks for a GPU reset, a node reboot or a drain",
     "persistence-off": "persistence mode is off: the driver re-initialises the GPU per process",
     "idle-memory-held": f"processes hold memory on a GPU idle for {IDLE_MEMORY_SECONDS:.0f} s",

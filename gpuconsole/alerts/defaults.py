@@ -7,6 +7,7 @@ utilization changes, not how high it is; these compare the readings themselves.
 from __future__ import annotations
 
 from gpuconsole.alerts.rules import AlertRule, rule_from_dict
+from gpuconsole.limits import MEMORY_RESERVE_FRACTION, TEMP_HIGH_C
 
 _TABLES: tuple[dict[str, object], ...] = (
     {
@@ -19,17 +20,18 @@ _TABLES: tuple[dict[str, object], ...] = (
     },
     {
         "name": "gpu-memory-high",
-        "expr": "memory_used_pct > 80",
+        "expr": f"memory_used_pct > {MEMORY_RESERVE_FRACTION * 100:g}",
         "for": "5m",
         "severity": "warning",
-        "message": "{host} GPU {gpu}: {value:.0f} % of memory used, past the 20 % reserve",
+        "message": "{host} GPU {gpu}: {value:.0f} % of memory used, past the "
+        f"{(1 - MEMORY_RESERVE_FRACTION) * 100:g} % reserve",
     },
     {
         "name": "gpu-temperature-high",
-        "expr": "temperature_c >= 85",
+        "expr": f"temperature_c >= {TEMP_HIGH_C:g}",
         "for": "1m",
         "severity": "warning",
-        "message": "{host} GPU {gpu} at {value:.0f} °C (alert at 85 °C)",
+        "message": f"{{host}} GPU {{gpu}} at {{value:.0f}} °C (alert at {TEMP_HIGH_C:g} °C)",
     },
     {
         "name": "gpu-power-at-limit",

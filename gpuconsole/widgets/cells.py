@@ -11,18 +11,17 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
+from gpuconsole.limits import MEMORY_FULL_FRACTION, MEMORY_RESERVE_FRACTION, TEMP_HIGH_C
 from gpuconsole.model import PcieLink, Severity
 
 NA = "N/A"
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
-# The guide's bands: utilization ≥ 90 % is the ideal, 85 °C the temperature alarm, 20 % of
-# memory kept in reserve.
+# The guide's bands: utilization ≥ 90 % is the ideal; the temperature alarm and the memory
+# reserve are the health rules' (`gpuconsole.limits`).
 UTIL_HIGH = 90.0
 UTIL_LOW = 30.0
-TEMP_HOT = 85.0
 TEMP_WARM = 60.0
-MEMORY_RESERVE = 0.80
 
 SEVERITY_BADGES = {Severity.INFO: "info", Severity.WARNING: "WARN", Severity.CRITICAL: "CRIT"}
 
@@ -54,14 +53,14 @@ class Palette:
         return self["util-mid"] if pct >= UTIL_LOW else self["util-low"]
 
     def temperature(self, celsius: float) -> str:
-        if celsius >= TEMP_HOT:
+        if celsius >= TEMP_HIGH_C:
             return self["temp-hot"]
         return self["temp-warm"] if celsius >= TEMP_WARM else self["temp-cool"]
 
     def memory(self, fraction: float) -> str:
-        if fraction >= 0.95:
+        if fraction >= MEMORY_FULL_FRACTION:
             return self["severity-critical"]
-        return self["severity-warning"] if fraction >= MEMORY_RESERVE else ""
+        return self["severity-warning"] if fraction >= MEMORY_RESERVE_FRACTION else ""
 
     def severity(self, severity: Severity) -> str:
         return self[f"severity-{severity.label}"]
