@@ -12,6 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CORE_MODULES = (
     "gpuconsole.model",
+    "gpuconsole.limits",
+    "gpuconsole.untrusted",
+    "gpuconsole.private_files",
+    "gpuconsole.global_options",
+    "gpuconsole.terminal.plain",
     "gpuconsole.clock",
     "gpuconsole.store",
     "gpuconsole.poller",
