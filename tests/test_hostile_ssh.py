@@ -8,6 +8,7 @@ Against a real OpenSSH sshd on 127.0.0.1, with OpenSSH's `ssh` as the judge of e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pwd
@@ -332,6 +333,30 @@ async def test_a_cancelled_run_kills_its_command_on_the_host(shell: SshShell) ->
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await gone("sleep 319")
+
+
+async def test_a_cancel_that_wait_for_swallowed_still_stops_and_kills(
+    shell: SshShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.11's asyncio.wait_for returns what finished just as the task was cancelled,
+    the cancellation consumed: as when the group line and the cancel arrive together."""
+    from gpuconsole.actions.verify import shell as module
+
+    told = module._told
+
+    async def swallowed(*args: object) -> object:
+        started = await told(*args)  # type: ignore[arg-type]
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)  # delivered, and caught, as wait_for catches it
+        return started
+
+    monkeypatch.setattr(module, "_told", swallowed)
+    with pytest.raises(asyncio.CancelledError):
+        await shell.run("sleep 329", 60.0)
+    assert await gone("sleep 329")
 
 
 async def test_a_run_cancelled_before_its_group_is_read_still_kills_its_command(

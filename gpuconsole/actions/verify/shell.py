@@ -163,12 +163,16 @@ class SshShell:
         try:
             process = await asyncio.shield(opening)
             process.stdin.write_eof()
-            return await _told(process, deadline)
+            started = await _told(process, deadline)
         except asyncio.CancelledError:
             await self._stop_opened(opening)
             raise
         except (asyncssh.Error, OSError) as error:
             return f"SSH: {getattr(error, 'reason', error)}"
+        if _cancel_pending():  # stopped just as the group line came: the command runs; kill it
+            await self._stop(started)
+            raise asyncio.CancelledError
+        return started
 
     async def _stop_opened(self, opening: asyncio.Future[asyncssh.SSHClientProcess[bytes]]) -> None:
         """Stopped while starting: the command may run on the host already (sshd starts it
@@ -208,6 +212,15 @@ async def _told(process: asyncssh.SSHClientProcess[bytes], deadline: float) -> _
     except (asyncio.TimeoutError, TimeoutError, asyncssh.Error, OSError):
         pass  # the command's own reading meets the same end, and says it
     return _Started(process, None, tuple(preamble))
+
+
+def _cancel_pending() -> bool:
+    """Whether this task was cancelled although its last await returned: Python 3.11's
+    `asyncio.wait_for` returns the result of an awaitable that finished just as the task was
+    cancelled, and the cancellation is lost unless it is looked for."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    return bool(cancelling is not None and cancelling())
 
 
 def _left(deadline: float) -> float:
