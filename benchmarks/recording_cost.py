@@ -48,7 +48,7 @@ from gpuconsole.record.recorder import RecordingWriter, Tick, tick_of  # noqa: E
 from gpuconsole.record.replay import ReplaySource  # noqa: E402
 from gpuconsole.record.retention import Maintenance, Retention, Tier  # noqa: E402
 from gpuconsole.record.schema import create, open_for_writing  # noqa: E402
-from gpuconsole.screens.replay import JUMP_HISTORY_S, replayed_alerts  # noqa: E402
+from gpuconsole.replay_app import JUMP_HISTORY_S, replayed_alerts  # noqa: E402
 from gpuconsole.store import FleetStore, HostStatus  # noqa: E402
 from gpuconsole.telemetry.sim import DEFAULT_EPOCH, SimRack, SimSource  # noqa: E402
 
@@ -229,7 +229,7 @@ def day_figures(path: Path, start: float, end: float, jumps: int) -> dict[str, f
 async def app_figures(path: Path, at: float) -> dict[str, float]:
     """The replay app (headless): from start until the fleet shows the readings at the cursor,
     then until the history is there too; the same for `n` (the next finding)."""
-    from gpuconsole.screens.replay import ReplayApp
+    from gpuconsole.replay_app import ReplayApp
 
     recording = Recording(path)
     began = time.perf_counter()

@@ -11,10 +11,10 @@ from textual.notifications import SeverityLevel
 from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.processes import ProcessSignals
-from gpuconsole.actions.verify.model import Target, TargetFinder
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.engine import AlertEngine, findings_from
 from gpuconsole.alerts.rules import AlertRule
+from gpuconsole.hosts.targets import Target, TargetFinder
 from gpuconsole.poller import Reading, collect
 from gpuconsole.record.timeline import Timeline
 from gpuconsole.rounds import primed, take_round

@@ -14,10 +14,10 @@ from gpuconsole import __version__, global_options
 
 if TYPE_CHECKING:
     from gpuconsole.actions.repair.model import Plan
-    from gpuconsole.actions.verify.model import Target
     from gpuconsole.alerts.rules import AlertRule
     from gpuconsole.hosts.inventory import Inventory
     from gpuconsole.hosts.source import SshSource
+    from gpuconsole.hosts.targets import Target
     from gpuconsole.model import HostSnapshot
     from gpuconsole.telemetry import Source
     from gpuconsole.telemetry.sim import SimSource
@@ -591,7 +591,7 @@ def _verify_targets(args: argparse.Namespace) -> list[Target]:
     """This host, and the inventory hosts or groups named (or all of them with --all)."""
     import socket
 
-    from gpuconsole.actions.verify.model import Context, Target
+    from gpuconsole.hosts.targets import Context, Target
 
     names: list[str] = list(args.targets)
     if not names and not args.all:
@@ -894,7 +894,7 @@ def _bundle_target(args: argparse.Namespace, host: str) -> Target | None:
     host over SSH; None when it is neither."""
     import socket
 
-    from gpuconsole.actions.verify.model import Context, Target
+    from gpuconsole.hosts.targets import Context, Target
 
     here = socket.gethostname()
     if host in LOCAL_NAMES or host == here:

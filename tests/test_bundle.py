@@ -22,11 +22,11 @@ from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.actions.bundle.gather import light_checks
 from gpuconsole.actions.bundle.inputs import history_inputs
 from gpuconsole.actions.bundle.make import make_bundle
-from gpuconsole.actions.verify.model import Context, Target
 from gpuconsole.alerts.engine import AlertEngine
 from gpuconsole.cli import main
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.ssh import SshSettings
+from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.model import HostSnapshot
 from gpuconsole.telemetry.sim import SimRack
 

@@ -46,7 +46,7 @@ from gpuconsole.record.schema import (
 )
 from gpuconsole.record.timeline import Timeline
 from gpuconsole.record.when import stamp
-from gpuconsole.screens.replay import DamageBar, ReplayApp
+from gpuconsole.replay_app import DamageBar, ReplayApp
 from gpuconsole.store import FleetStore
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.sim import SimRack

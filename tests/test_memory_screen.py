@@ -8,7 +8,7 @@ from pilot_wait import until
 
 from gpuconsole.actions.memory.session import DoctorRequest, Schedule
 from gpuconsole.actions.memory.trials import parse_fixes
-from gpuconsole.actions.verify.model import Context, Target
+from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.screens.memory import MemoryScreen
 from gpuconsole.screens.run import RunScreen
 

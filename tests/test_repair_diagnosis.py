@@ -21,7 +21,8 @@ from gpuconsole.actions.repair.diagnosis import (
     probes,
 )
 from gpuconsole.actions.repair.model import Diagnosis, Family
-from gpuconsole.actions.verify.model import Context, Output
+from gpuconsole.actions.verify.model import Output
+from gpuconsole.hosts.targets import Context
 
 RECORDED = Path(__file__).parent / "fixtures" / "verify" / "h200-probes.json"
 KERNEL = "5.15.0-91-generic"

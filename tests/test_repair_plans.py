@@ -21,7 +21,7 @@ from gpuconsole.actions.repair.plans import (
     plan_for,
     recommended_server_driver,
 )
-from gpuconsole.actions.verify.model import Context
+from gpuconsole.hosts.targets import Context
 from tests.test_repair_diagnosis import OS_RELEASES, mismatch, out
 
 KERNEL = "5.15.0-91-generic"

@@ -9,7 +9,7 @@ import pytest
 from pilot_wait import until
 from test_repair_execute import calls, write_tools
 
-from gpuconsole.actions.verify.model import Context, Target
+from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.screens.confirm import ConfirmScreen
 from gpuconsole.screens.repair import RepairScreen
 

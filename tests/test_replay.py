@@ -17,8 +17,8 @@ from gpuconsole.model import HostState
 from gpuconsole.record.reader import Recording
 from gpuconsole.record.replay import ReplaySource
 from gpuconsole.record.when import clock
+from gpuconsole.replay_app import GoToScreen, ReplayApp
 from gpuconsole.screens.host import HostScreen
-from gpuconsole.screens.replay import GoToScreen, ReplayApp
 from gpuconsole.screens.triage import TriageScreen
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.sim import SimRack

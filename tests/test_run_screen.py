@@ -8,7 +8,7 @@ import pytest
 from pilot_wait import until
 
 from gpuconsole.actions.launch.commands import LaunchSpec
-from gpuconsole.actions.verify.model import Context, Target
+from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.screens.confirm import ConfirmScreen
 from gpuconsole.screens.run import RunScreen
 

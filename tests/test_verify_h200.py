@@ -10,8 +10,9 @@ import json
 from pathlib import Path
 
 from gpuconsole.actions.verify.checks import CHECKS
-from gpuconsole.actions.verify.model import Context, Output, Status
+from gpuconsole.actions.verify.model import Output, Status
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
+from gpuconsole.hosts.targets import Context
 
 RECORDED = Path(__file__).parent / "fixtures" / "verify" / "h200-probes.json"
 

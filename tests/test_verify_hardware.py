@@ -27,9 +27,10 @@ from gpuconsole.actions.verify.hardware import (
     REMAPPED_ROWS,
     SMI_DETAILS,
 )
-from gpuconsole.actions.verify.model import CheckResult, Context, Output, Probe, Status
+from gpuconsole.actions.verify.model import CheckResult, Output, Probe, Status
 from gpuconsole.actions.verify.probes import SMI_QUERY
 from gpuconsole.actions.verify.shell import LocalShell
+from gpuconsole.hosts.targets import Context
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONTEXT = Context("gpu01")

@@ -8,20 +8,13 @@ from pathlib import Path
 import pytest
 from sshd import Sshd, free_port, sshd_available
 
-from gpuconsole.actions.verify.model import (
-    Check,
-    Context,
-    Evidence,
-    Probe,
-    Status,
-    Target,
-    Verdict,
-)
+from gpuconsole.actions.verify.model import Check, Evidence, Probe, Status, Verdict
 from gpuconsole.actions.verify.output import exit_code, reports_text
 from gpuconsole.actions.verify.runner import verify_targets, verify_with
 from gpuconsole.actions.verify.shell import LocalShell
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.ssh import SshSettings
+from gpuconsole.hosts.targets import Context, Target
 
 
 def echo_check(check_id: str, probe: Probe) -> Check:

@@ -7,14 +7,13 @@ from collections.abc import Callable, Sequence
 from gpuconsole.actions.verify.model import (
     Check,
     CheckResult,
-    Context,
     Evidence,
     HostReport,
     Probe,
     Status,
-    Target,
     Verdict,
 )
+from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.screens.verify import VerifyScreen
 
 PROBE = Probe("p", "true")

@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuconsole.actions.processes import SignalResult, signal_process
-from gpuconsole.actions.verify.model import Context, Target
+from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.model import GpuProcess, HostSnapshot
 from gpuconsole.telemetry import Source, SourceError
 

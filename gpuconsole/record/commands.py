@@ -270,7 +270,7 @@ def run_replay(args: argparse.Namespace, theme: str, rules_of: Callable[[], Sequ
             except BrokenPipeError:  # `… --list | head`: the reader has seen enough
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 return 0
-        from gpuconsole.screens.replay import ReplayApp
+        from gpuconsole.replay_app import ReplayApp
 
         ReplayApp(recording, at=at, host=args.host, theme=theme, alert_rules=rules_of()).run()
         return 0

@@ -12,7 +12,7 @@ from gpuconsole.actions.bundle.archive import BundleError
 from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.actions.bundle.inputs import live_inputs
 from gpuconsole.actions.bundle.make import BundleResult, make_bundle
-from gpuconsole.actions.verify.model import Target
+from gpuconsole.hosts.targets import Target
 
 if TYPE_CHECKING:
     from gpuconsole.app import GpuConsoleApp

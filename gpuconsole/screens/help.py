@@ -31,10 +31,10 @@ def key_label(key: str) -> str:
 
 def bindings_table() -> Table:
     from gpuconsole.app import GpuConsoleApp
+    from gpuconsole.replay_app import ReplayApp
     from gpuconsole.screens.alerts import AlertsScreen
     from gpuconsole.screens.fleet import FleetScreen
     from gpuconsole.screens.host import HostScreen
-    from gpuconsole.screens.replay import ReplayApp
     from gpuconsole.screens.topology import TopologyScreen
     from gpuconsole.screens.triage import TriageScreen
 

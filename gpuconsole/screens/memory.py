@@ -21,7 +21,7 @@ from gpuconsole.actions.memory.session import (
     run_doctor,
 )
 from gpuconsole.actions.memory.trials import Trial
-from gpuconsole.actions.verify.model import Target
+from gpuconsole.hosts.targets import Target
 from gpuconsole.screens.base import ConsoleScreen
 
 DEFAULT_JOB = DoctorRequest("bert", extra=("--padding", "fixed"))

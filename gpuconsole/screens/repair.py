@@ -16,7 +16,7 @@ from textual.widgets import Footer, RichLog, Static
 from gpuconsole.actions.repair.model import Plan
 from gpuconsole.actions.repair.output import report_text
 from gpuconsole.actions.repair.session import RepairReport, repair_target
-from gpuconsole.actions.verify.model import Target
+from gpuconsole.hosts.targets import Target
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.confirm import ConfirmScreen
 

@@ -17,8 +17,8 @@ from gpuconsole.actions.launch.output import result_text
 from gpuconsole.actions.launch.record import record_run
 from gpuconsole.actions.launch.run import Event, RunResult
 from gpuconsole.actions.launch.session import HostGpus, Launch, launch
-from gpuconsole.actions.verify.model import Target
 from gpuconsole.bench.history import BenchHistory, HistoryError
+from gpuconsole.hosts.targets import Target
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.widgets.trend import sparkline
 

@@ -14,8 +14,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
 from gpuconsole.actions.verify.checks import CHECKS
-from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Status, Target
+from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Status
 from gpuconsole.actions.verify.runner import verify_targets
+from gpuconsole.hosts.targets import Target
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.widgets.cells import Palette
 from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable

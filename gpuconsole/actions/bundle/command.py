@@ -21,7 +21,7 @@ from gpuconsole.record.schema import default_recording_path
 if TYPE_CHECKING:
     from gpuconsole.actions.bundle.contents import BundleInputs
     from gpuconsole.actions.bundle.make import BundleResult
-    from gpuconsole.actions.verify.model import Target
+    from gpuconsole.hosts.targets import Target
     from gpuconsole.model import HostSnapshot
     from gpuconsole.record.reader import Recording
     from gpuconsole.telemetry import Source

@@ -22,10 +22,11 @@ from gpuconsole.actions.bundle.gather import (
     Gathered,
     gather,
 )
-from gpuconsole.actions.verify.model import Check, Context, Target
+from gpuconsole.actions.verify.model import Check
 from gpuconsole.actions.verify.output import reports_text
 from gpuconsole.actions.verify.shell import LocalShell, SshShell
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.record.when import file_stamp
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

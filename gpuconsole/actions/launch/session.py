@@ -20,9 +20,9 @@ from gpuconsole.actions.launch.commands import (
 )
 from gpuconsole.actions.launch.nodes import NodeAddress, node_addresses
 from gpuconsole.actions.launch.run import Event, RunResult, run_on_nodes, run_recipe
-from gpuconsole.actions.verify.model import Target
 from gpuconsole.actions.verify.shell import LocalShell, Shell, SshShell
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.hosts.targets import Target
 from gpuconsole.model import Topology
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError

@@ -23,9 +23,9 @@ from gpuconsole.actions.memory.trials import (
     recommend,
     trial_from_summary,
 )
-from gpuconsole.actions.verify.model import Target
 from gpuconsole.actions.verify.shell import Shell
 from gpuconsole.hosts.ssh import SshSettings
+from gpuconsole.hosts.targets import Target
 
 BATCH_PROBES = 8
 """At most this many short runs look for the largest batch."""

@@ -22,17 +22,10 @@ from dataclasses import dataclass
 
 from gpuconsole.actions.repair.model import Cause, Diagnosis, Distro, Family, Walked
 from gpuconsole.actions.verify import hardware, stack
-from gpuconsole.actions.verify.model import (
-    Check,
-    CheckResult,
-    Context,
-    Evidence,
-    Output,
-    Probe,
-    Status,
-)
+from gpuconsole.actions.verify.model import Check, CheckResult, Evidence, Output, Probe, Status
 from gpuconsole.actions.verify.probes import SMI, SMI_QUERY, UNAME
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
+from gpuconsole.hosts.targets import Context
 from gpuconsole.telemetry.kernel_log import parse_xid_lines
 
 # Debian and Ubuntu install modinfo in sbin, which a non-root login's PATH may lack.

@@ -8,10 +8,11 @@ from gpuconsole.actions.repair.diagnosis import DIAGNOSIS_CHECKS, diagnose, prob
 from gpuconsole.actions.repair.execute import Confirm, PlanRun, execute
 from gpuconsole.actions.repair.model import Diagnosis, Plan, Walked
 from gpuconsole.actions.repair.plans import PlanFacts, facts_from, plan_for
-from gpuconsole.actions.verify.model import Context, HostReport, Target
+from gpuconsole.actions.verify.model import HostReport
 from gpuconsole.actions.verify.runner import run_probes, verify_with
 from gpuconsole.actions.verify.shell import LineSink, LocalShell, Shell, SshShell
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.hosts.targets import Context, Target
 
 
 @dataclass(frozen=True, slots=True)

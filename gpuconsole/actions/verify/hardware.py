@@ -19,8 +19,9 @@ from collections.abc import Iterable
 
 from gpuconsole import xid
 from gpuconsole.actions.verify import compat
-from gpuconsole.actions.verify.model import Check, Context, Evidence, Output, Probe, Status, Verdict
+from gpuconsole.actions.verify.model import Check, Evidence, Output, Probe, Status, Verdict
 from gpuconsole.actions.verify.probes import SMI_QUERY, smi_rows
+from gpuconsole.hosts.targets import Context
 from gpuconsole.model import Severity
 from gpuconsole.telemetry.kernel_log import parse_xid_lines, pci_address
 

@@ -9,11 +9,10 @@ rack of hosts runs the same commands once each.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol, runtime_checkable
 
-from gpuconsole.hosts.inventory import HostEntry
+from gpuconsole.hosts.targets import Context
 
 
 class Status(str, Enum):
@@ -66,14 +65,6 @@ class Output:
         """The first non-empty lines of stdout, else of stderr: the evidence worth showing."""
         text = self.stdout if self.stdout.strip() else self.stderr
         return tuple(line.rstrip() for line in text.splitlines() if line.strip())[:limit]
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What a check may know besides its probes' outputs."""
-
-    host: str
-    expected_gpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,19 +137,3 @@ class HostReport:
             "seconds": round(self.seconds, 2),
             "checks": [c.as_dict() for c in self.checks],
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A host to verify: this machine (``entry`` None) or an inventory host over SSH."""
-
-    name: str
-    entry: HostEntry | None = None
-    context: Context = field(default_factory=lambda: Context("localhost"))
-
-
-@runtime_checkable
-class TargetFinder(Protocol):
-    """How to reach a host of the fleet to verify it: None for one that cannot be (simulated)."""
-
-    def verify_target(self, host: str) -> Target | None: ...

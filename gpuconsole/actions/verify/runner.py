@@ -8,18 +8,10 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
-from gpuconsole.actions.verify.model import (
-    Check,
-    CheckResult,
-    Context,
-    HostReport,
-    Output,
-    Probe,
-    Status,
-    Target,
-)
+from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Output, Probe, Status
 from gpuconsole.actions.verify.shell import LocalShell, Shell, SshShell
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.hosts.targets import Context, Target
 
 LIGHT_PROBES_AT_ONCE = 4
 

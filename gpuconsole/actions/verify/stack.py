@@ -15,15 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuconsole.actions.verify import compat, probes
-from gpuconsole.actions.verify.model import (
-    Check,
-    Context,
-    Evidence,
-    Output,
-    Probe,
-    Status,
-    Verdict,
-)
+from gpuconsole.actions.verify.model import Check, Evidence, Output, Probe, Status, Verdict
+from gpuconsole.hosts.targets import Context
 from gpuconsole.telemetry.smi.source import exit_meaning
 
 # Debian and Ubuntu install dkms and modinfo in sbin, which a non-root login's PATH may lack.

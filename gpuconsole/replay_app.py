@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 from textual import on
 from textual.app import ComposeResult
@@ -32,7 +31,6 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Static
 from textual.worker import Worker, WorkerState
 
-from gpuconsole import app as app_module
 from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.actions.bundle.inputs import recorded_inputs
 from gpuconsole.alerts.engine import AlertEngine, findings_from
@@ -124,7 +122,6 @@ class GoToScreen(ModalScreen[str | None]):
 class ReplayApp(GpuConsoleApp):
     """The console on a recording; see the module's docstring."""
 
-    CSS_PATH = str(Path(app_module.__file__).with_name("app.tcss"))  # relative to this module
     BINDINGS = [
         Binding("comma", "step(-1)", "−1s", id="replay.back"),
         Binding("full_stop", "step(1)", "+1s", id="replay.forward"),
