@@ -11,33 +11,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
-import platformdirs
-
+from gpuconsole import paths
 from gpuconsole.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_private_dirs, narrow
-
-AUDIT_ENV = "GPUCONSOLE_AUDIT_LOG"
-
-
-def _state_dir() -> Path:
-    """The console's own XDG state directory (not created here)."""
-    return Path(platformdirs.user_state_dir("gpuconsole"))
-
-
-def audit_path() -> Path:
-    """`$GPUCONSOLE_AUDIT_LOG`, else `<XDG state dir>/gpuconsole/audit.jsonl`."""
-    override = os.environ.get(AUDIT_ENV)
-    if override:
-        return Path(override)
-    return _state_dir() / "audit.jsonl"
 
 
 def record(action: str, **details: Any) -> None:
     """Append one entry; the log is append-only so nothing earlier is ever rewritten."""
-    path = audit_path()
-    own = path.parent == _state_dir()
+    path = paths.AUDIT_LOG.path()
+    own = path == paths.AUDIT_LOG.default()
     make_private_dirs(path.parent)
     if own:
         narrow(path.parent, PRIVATE_DIR_MODE)

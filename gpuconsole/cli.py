@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuconsole import __version__, global_options
+from gpuconsole import __version__, global_options, paths
 
 if TYPE_CHECKING:
     from gpuconsole.actions.repair.model import Plan
@@ -371,7 +371,6 @@ def _inventory(args: argparse.Namespace) -> Inventory | None:
     """The hosts of --hosts, else of --inventory, else of the default file where it exists."""
     from gpuconsole.hosts.inventory import (
         InventoryError,
-        default_inventory_path,
         hosts_from_option,
         load_inventory,
     )
@@ -379,7 +378,7 @@ def _inventory(args: argparse.Namespace) -> Inventory | None:
     try:
         if args.hosts is not None:
             return hosts_from_option(args.hosts)
-        path = args.inventory or default_inventory_path()
+        path = args.inventory or paths.INVENTORY.path()
         if args.inventory is None and not path.exists():
             return None
         return load_inventory(path)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuconsole.alerts.config import ALERTS_ENV, load_rules
+from gpuconsole import paths
+from gpuconsole.alerts.config import load_rules
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.expr import READINGS, ExprError, parse
 from gpuconsole.alerts.rules import RuleError, parse_duration, rule_from_dict
@@ -251,7 +252,7 @@ labels = { team = "ml-infra" }
 def test_file_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "mine.toml"
     path.write_text('disable = ["gpu-xid"]\n')
-    monkeypatch.setenv(ALERTS_ENV, str(path))
+    monkeypatch.setenv(paths.ALERTS.variable, str(path))
     assert "gpu-xid" not in {rule.name for rule in load_rules()}
 
 

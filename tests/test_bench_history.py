@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuconsole import paths
 from gpuconsole.bench.history import (
-    BENCH_DB_ENV,
     BenchHistory,
     BenchResult,
     HistoryError,
@@ -129,7 +129,7 @@ def test_environment_variable_overrides_the_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "elsewhere" / "mine.sqlite"
-    monkeypatch.setenv(BENCH_DB_ENV, str(path))
+    monkeypatch.setenv(paths.BENCH_DB.variable, str(path))
 
     BenchHistory().record(run(1.0))
 
@@ -394,7 +394,7 @@ def test_bench_history_flags_a_run_as_launch_did_when_it_kept_it(
 ) -> None:
     from gpuconsole.cli import main
 
-    monkeypatch.setenv(BENCH_DB_ENV, str(tmp_path / "bench.sqlite"))
+    monkeypatch.setenv(paths.BENCH_DB.variable, str(tmp_path / "bench.sqlite"))
     history = BenchHistory()
     for result in (*host_history(7900, 7980, 8050), run(7010, time=T0 + 100)):
         history.record(result)

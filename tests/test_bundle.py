@@ -16,7 +16,7 @@ import pytest
 from conftest import EPOCH, NOW
 from sshd import Sshd, sshd_available
 
-from gpuconsole import audit
+from gpuconsole import audit, paths
 from gpuconsole.actions.bundle.archive import BundleError
 from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.actions.bundle.gather import light_checks
@@ -100,7 +100,7 @@ def members(path: Path) -> dict[str, str]:
 @pytest.fixture
 def audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     log = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(audit.AUDIT_ENV, str(log))
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(log))
     audit.record("signal-process", host="gpu-test", pid=4242, signal="SIGTERM", sent=True)
     audit.record("repair-step", host="gpu-other", command="modprobe nvidia", exit_code=0)
     return log

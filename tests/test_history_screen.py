@@ -11,7 +11,8 @@ import pytest
 from conftest import EPOCH
 from textual.pilot import Pilot
 
-from gpuconsole.bench.history import BenchHistory, BenchResult, default_path
+from gpuconsole import paths
+from gpuconsole.bench.history import BenchHistory, BenchResult
 from gpuconsole.bench.review import host_review
 from gpuconsole.screens.history import HistoryScreen
 from gpuconsole.screens.host import HostScreen
@@ -63,7 +64,7 @@ RUNS = (  # oldest first, as they were kept
 @pytest.fixture
 def history() -> BenchHistory:
     """The default history (in the test's XDG data dir), filled with RUNS."""
-    stored = BenchHistory(default_path())
+    stored = BenchHistory(paths.BENCH_DB.path())
     for result in RUNS:
         stored.record(result)
     return stored
@@ -146,7 +147,7 @@ async def test_the_verdicts_are_those_launch_printed_when_it_kept_each_run(histo
 
 
 async def test_a_file_that_is_not_a_history_is_named_and_left_alone(make_app) -> None:
-    path = default_path()
+    path = paths.BENCH_DB.path()
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not a database at all, " * 100)
     app = make_app()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuconsole import audit, global_options
+from gpuconsole import audit, global_options, paths
 from gpuconsole.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -265,7 +265,7 @@ def test_the_audit_log_is_created_0600_in_a_0700_state_dir(usual_umask: object) 
     state = Path(os.environ["XDG_STATE_HOME"])
     assert not state.exists()
     audit.record("signal-process", host="gpu01", pid=42)
-    log = audit.audit_path()
+    log = paths.AUDIT_LOG.path()
     assert log == state / "gpuconsole" / "audit.jsonl"
     assert mode(log) == 0o600
     assert mode(log.parent) == 0o700
@@ -292,12 +292,12 @@ def test_a_log_named_by_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, usual_umask: object
 ) -> None:
     fresh = tmp_path / "new" / "dir" / "audit.jsonl"
-    monkeypatch.setenv(audit.AUDIT_ENV, str(fresh))
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(fresh))
     audit.record("repair-step", host="gpu01")
     assert (mode(fresh), mode(fresh.parent), mode(fresh.parent.parent)) == (0o600, 0o700, 0o700)
     shared = tmp_path / "team-audit.jsonl"
     shared.write_text("")
     shared.chmod(0o640)
-    monkeypatch.setenv(audit.AUDIT_ENV, str(shared))
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(shared))
     audit.record("repair-step", host="gpu01")
     assert mode(shared) == 0o640  # its owner chose it

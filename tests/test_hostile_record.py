@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_record import START, full_snapshot, record_incident
 
-from gpuconsole import audit
+from gpuconsole import paths
 from gpuconsole.cli import MAX_DEMO_HOSTS, main
 from gpuconsole.model import HostState
 from gpuconsole.record import codec, reader
@@ -41,7 +41,6 @@ from gpuconsole.record.schema import (
     MAX_META_CHARS,
     RecordingError,
     create,
-    default_recording_path,
     open_for_writing,
 )
 from gpuconsole.record.timeline import Timeline
@@ -61,7 +60,7 @@ STOP_BOUND_S = 5.0
 @pytest.fixture
 def recorded(tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A minute of the demo rack (six hosts), intact."""
-    monkeypatch.setenv(audit.AUDIT_ENV, str(tmp_path / "audit.jsonl"))
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "ticket.sqlite"
     record_incident(path, rack, seconds=SECONDS)
     return path
@@ -498,7 +497,7 @@ def test_at_most_so_many_readings_are_read_at_once(
 def test_retention_leaves_a_damaged_row_for_the_reader_to_name(
     tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(audit.AUDIT_ENV, str(tmp_path / "audit.jsonl"))
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "thinned.sqlite"
     record_incident(path, rack, seconds=90)  # keyframes at 0, 60: the first minute is thinned
     garble(path)
@@ -692,7 +691,7 @@ def mode(path: Path) -> int:
 
 
 def test_the_default_recording_and_its_folders_are_private(open_umask: None) -> None:
-    path = default_recording_path()
+    path = paths.RECORDING.path()
     assert not path.parent.parent.exists()  # the XDG data dir itself is made too
     recorder = Recorder(path)
     try:
@@ -716,7 +715,7 @@ def test_a_bundle_and_its_folder_are_private(
     open_umask: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("GPUCONSOLE_BUNDLE_DIR", raising=False)
-    monkeypatch.setenv(audit.AUDIT_ENV, os.devnull)
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, os.devnull)
     assert main(["bundle", "h100-01", "--demo", "--json"]) == 0
     path = Path(json.loads(capsys.readouterr().out)["path"])
     assert mode(path) == 0o600 and mode(path.parent) == 0o700  # the default bundles folder

@@ -8,14 +8,13 @@ from textwrap import dedent
 
 import pytest
 
+from gpuconsole import paths
 from gpuconsole.hosts import inventory
 from gpuconsole.hosts.inventory import (
-    INVENTORY_ENV,
     HostDefaults,
     HostEntry,
     Inventory,
     InventoryError,
-    default_inventory_path,
     hosts_from_option,
     load_inventory,
 )
@@ -384,9 +383,9 @@ def test_inventory_refuses_duplicate_names() -> None:
 
 
 def test_env_var_points_at_the_inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(INVENTORY_ENV, str(tmp_path / "elsewhere.toml"))
+    monkeypatch.setenv(paths.INVENTORY.variable, str(tmp_path / "elsewhere.toml"))
 
-    assert default_inventory_path() == tmp_path / "elsewhere.toml"
+    assert paths.INVENTORY.path() == tmp_path / "elsewhere.toml"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="XDG paths are the Linux layout")
@@ -394,9 +393,9 @@ def test_default_path_is_in_the_xdg_config_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv(INVENTORY_ENV, "")
+    monkeypatch.setenv(paths.INVENTORY.variable, "")
 
-    assert default_inventory_path() == tmp_path / "config" / "gpuconsole" / "hosts.toml"
+    assert paths.INVENTORY.path() == tmp_path / "config" / "gpuconsole" / "hosts.toml"
 
 
 # --- --hosts -----------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ import sys
 import pytest
 from static_source import StaticSource
 
+from gpuconsole import paths
 from gpuconsole.actions.processes import LocalSignals, describe, signal_process
 from gpuconsole.app import GpuConsoleApp
-from gpuconsole.audit import AUDIT_ENV
 from gpuconsole.model import GpuProcess, GpuState, HostSnapshot
 from gpuconsole.screens.confirm import ConfirmScreen
 from gpuconsole.screens.host import HostScreen
@@ -31,7 +31,7 @@ def sleeper():
 @pytest.fixture
 def audit_log(tmp_path, monkeypatch: pytest.MonkeyPatch):
     path = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(AUDIT_ENV, str(path))
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(path))
     return path
 
 

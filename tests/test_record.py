@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import EPOCH
 
-from gpuconsole import audit
+from gpuconsole import audit, paths
 from gpuconsole.clock import ManualClock
 from gpuconsole.model import (
     EccCounts,
@@ -167,7 +167,7 @@ def record_incident(
 @pytest.fixture
 def audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     log = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(audit.AUDIT_ENV, str(log))
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(log))
     return log
 
 
@@ -336,19 +336,18 @@ def test_the_console_records_by_default_but_not_the_demo_unless_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from gpuconsole.record.commands import console_recorder
-    from gpuconsole.record.schema import default_recording_path
 
     assert console_recorder(_console_args(no_record=True), "rack") is None
     assert console_recorder(_console_args(demo=True), "demo rack") is None
     recorder = console_recorder(_console_args(), "rack")
-    assert recorder is not None and recorder.path == default_recording_path()
+    assert recorder is not None and recorder.path == paths.RECORDING.path()
     try:
         # While it records the default file, a second console watches without recording...
         assert console_recorder(_console_args(), "rack") is None
         assert "not recording: " in capsys.readouterr().err
         # ...but a file asked for by name is an error.
         with pytest.raises(RecordingError, match="another gpuconsole is recording into it"):
-            console_recorder(_console_args(record=default_recording_path()), "rack")
+            console_recorder(_console_args(record=paths.RECORDING.path()), "rack")
     finally:
         recorder.close()
     asked = console_recorder(_console_args(demo=True, record=tmp_path / "demo.sqlite"), "demo")

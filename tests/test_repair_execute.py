@@ -15,6 +15,7 @@ import asyncssh
 import pytest
 from sshd import Sshd, sshd_available
 
+from gpuconsole import paths
 from gpuconsole.actions.repair.execute import command_line, execute
 from gpuconsole.actions.repair.model import Plan, Step
 from gpuconsole.actions.verify.shell import LocalShell, SshShell
@@ -76,9 +77,8 @@ def calls(log: Path) -> list[str]:
 
 
 def audit_entries() -> list[dict[str, object]]:
-    from gpuconsole import audit
 
-    path = audit.audit_path()
+    path = paths.AUDIT_LOG.path()
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 

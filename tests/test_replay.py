@@ -11,7 +11,7 @@ import pytest
 from conftest import EPOCH
 from test_record import START, record_incident
 
-from gpuconsole import audit
+from gpuconsole import paths
 from gpuconsole.cli import main
 from gpuconsole.model import HostState
 from gpuconsole.record.reader import Recording
@@ -31,7 +31,7 @@ FAULT_AT = 30
 def recorded(tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, float]:
     """60 s of the demo rack with XID 79 on l40s-01's GPU 1 from second 30; a100-02 stops
     answering from second 40."""
-    monkeypatch.setenv(audit.AUDIT_ENV, str(tmp_path / "audit.jsonl"))
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     rack.set_fault("a100-02", "host-unresponsive", since=START + 40)
     path = tmp_path / "incident.sqlite"
     fault_time, _ = record_incident(path, rack, seconds=60, fault_at=FAULT_AT)

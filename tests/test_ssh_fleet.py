@@ -17,6 +17,7 @@ import psutil
 import pytest
 from sshd import Sshd, free_port, keygen, sshd_available, wait_for
 
+from gpuconsole import paths
 from gpuconsole.hosts.inventory import HostDefaults, HostEntry
 from gpuconsole.hosts.source import SshSource
 from gpuconsole.hosts.ssh import SshSettings
@@ -284,9 +285,8 @@ def test_a_remote_process_is_signalled_through_its_agent(sshd: Sshd, audit_log: 
 
 @pytest.fixture
 def audit_log(tmp_path: Path) -> Path:
-    from gpuconsole import audit
 
-    return audit.audit_path()
+    return paths.AUDIT_LOG.path()
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -19,12 +19,10 @@ labels = { team = "ml-infra" }
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-import platformdirs
-
+from gpuconsole import paths
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.expr import shown
 from gpuconsole.alerts.rules import AlertRule, RuleError, rule_from_dict
@@ -34,18 +32,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-ALERTS_ENV = "GPUCONSOLE_ALERTS"
 MAX_FILE_BYTES = 1 << 20
 """The largest alerts file read (a real one is a few kilobytes): more is refused unread."""
 _KEYS = frozenset({"disable", "rule"})
-
-
-def default_alerts_path() -> Path:
-    """``$GPUCONSOLE_ALERTS``, else ``<XDG config dir>/gpuconsole/alerts.toml``."""
-    override = os.environ.get(ALERTS_ENV)
-    if override:
-        return Path(override).expanduser()
-    return Path(platformdirs.user_config_dir("gpuconsole")) / "alerts.toml"
 
 
 def load_rules(path: Path | None = None) -> tuple[AlertRule, ...]:
@@ -53,8 +42,8 @@ def load_rules(path: Path | None = None) -> tuple[AlertRule, ...]:
 
     RuleError, as one line naming the file and the rule, on anything wrong.
     """
-    explicit = path is not None or bool(os.environ.get(ALERTS_ENV))
-    path = path or default_alerts_path()
+    explicit = path is not None or paths.ALERTS.explicit
+    path = path or paths.ALERTS.path()
     if not explicit and not path.exists():
         return DEFAULT_RULES
     source = _file_name(path)

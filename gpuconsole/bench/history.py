@@ -9,7 +9,6 @@ figures in `gpuconsole/data/throughput_references.toml`.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
 import statistics
@@ -21,14 +20,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-import platformdirs
+from gpuconsole import paths
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-BENCH_DB_ENV = "GPUCONSOLE_BENCH_DB"
 SCHEMA_VERSION = 1
 REGRESSION_RATIO = 0.9
 MIN_RUNS = 3
@@ -124,19 +122,11 @@ class BenchResult:
         )
 
 
-def default_path() -> Path:
-    """`$GPUCONSOLE_BENCH_DB`, else `<XDG data dir>/gpuconsole/bench.sqlite`."""
-    override = os.environ.get(BENCH_DB_ENV)
-    if override:
-        return Path(override)
-    return Path(platformdirs.user_data_dir("gpuconsole")) / "bench.sqlite"
-
-
 class BenchHistory:
     """Every recipe run, newest first on reading. Opens a connection per call (worker-safe)."""
 
     def __init__(self, path: Path | str | None = None) -> None:
-        self.path = Path(path) if path is not None else default_path()
+        self.path = Path(path) if path is not None else paths.BENCH_DB.path()
 
     def record(self, result: BenchResult) -> BenchResult:
         """Store ``result``; returns it with its `run_id`."""

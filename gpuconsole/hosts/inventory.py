@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import sys
 import unicodedata
@@ -60,8 +59,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from gpuconsole.untrusted import MAX_GPUS
 
 if sys.version_info >= (3, 11):
@@ -69,7 +66,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-INVENTORY_ENV = "GPUCONSOLE_INVENTORY"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_PYTHON = "python3"
 HOSTS_OPTION = "--hosts"
@@ -150,14 +146,6 @@ class Inventory:
             return self._by_name[name]
         except KeyError:
             raise KeyError(f"no host {name!r} in {self.source}") from None
-
-
-def default_inventory_path() -> Path:
-    """`$GPUCONSOLE_INVENTORY`, else `<XDG config dir>/gpuconsole/hosts.toml`."""
-    override = os.environ.get(INVENTORY_ENV)
-    if override:
-        return Path(override).expanduser()
-    return Path(platformdirs.user_config_dir("gpuconsole")) / "hosts.toml"
 
 
 def load_inventory(path: Path) -> Inventory:

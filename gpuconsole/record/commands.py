@@ -18,8 +18,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from gpuconsole import paths
 from gpuconsole.record.retention import Retention, Tier, parse_duration
-from gpuconsole.record.schema import RecordingError, default_recording_path
+from gpuconsole.record.schema import RecordingError
 
 if TYPE_CHECKING:
     from gpuconsole.record.episodes import Episode
@@ -135,7 +136,7 @@ def console_recorder(args: argparse.Namespace, label: str) -> Recorder | None:
 
     if args.no_record or (args.demo and args.record is None):
         return None
-    path = args.record or default_recording_path()
+    path = args.record or paths.RECORDING.path()
     try:
         return Recorder(path, label=label)
     except RecordingError as error:
@@ -156,7 +157,7 @@ def run_record(
     and the file are opened): the round in progress is dropped, what was taken is written, the
     session ends, and a line says what the file holds.
     """
-    path = args.record or default_recording_path()
+    path = args.record or paths.RECORDING.path()
     try:
         retention = retention_of(args)
     except RecordingError as error:

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuconsole import paths
 from gpuconsole.alerts.engine import Alert
-from gpuconsole.audit import audit_path
 from gpuconsole.model import Finding, HostSnapshot, XidEvent
 from gpuconsole.poller import Reading
 from gpuconsole.record import schema
@@ -141,7 +141,7 @@ class RecordingWriter:
         """The sessions row, made with the first tick: a session spans readings' time."""
         self._begin()
         self._end_dangling_episodes()
-        self._audit = _AuditTail(audit_log or audit_path(), self._actions_watermark())
+        self._audit = _AuditTail(audit_log or paths.AUDIT_LOG.path(), self._actions_watermark())
         self._db.execute("COMMIT")
 
     def _begin(self) -> None:

@@ -19,15 +19,12 @@ import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
-import platformdirs
-
 from gpuconsole.private_files import PRIVATE_FILE_MODE, make_private_dirs
 from gpuconsole.record import codec
 from gpuconsole.untrusted import shown
 
 FORMAT = "gpuconsole-recording"
 VERSION = 1
-RECORDING_ENV = "GPUCONSOLE_RECORDING"
 BUSY_TIMEOUT_MS = 5000
 MAX_META_CHARS = 1 << 16
 """The longest meta value read (the schema is about 2 KB); a longer one is refused unread."""
@@ -90,14 +87,6 @@ _TABLE_NAMES = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES))
 
 class RecordingError(Exception):
     """A recording cannot be opened or written; the message is one line naming the file."""
-
-
-def default_recording_path() -> Path:
-    """`$GPUCONSOLE_RECORDING`, else `<XDG data dir>/gpuconsole/recording.sqlite`."""
-    override = os.environ.get(RECORDING_ENV)
-    if override:
-        return Path(override)
-    return Path(platformdirs.user_data_dir("gpuconsole")) / "recording.sqlite"
 
 
 def _text(raw: bytes) -> str:

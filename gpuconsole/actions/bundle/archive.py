@@ -17,23 +17,12 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-import platformdirs
-
+from gpuconsole import paths
 from gpuconsole.private_files import PRIVATE_FILE_MODE, make_private_dirs
-
-BUNDLE_DIR_ENV = "GPUCONSOLE_BUNDLE_DIR"
 
 
 class BundleError(Exception):
     """The bundle cannot be written; the message is one line that names the file."""
-
-
-def default_bundle_dir() -> Path:
-    """`$GPUCONSOLE_BUNDLE_DIR`, else `<XDG data dir>/gpuconsole/bundles`."""
-    override = os.environ.get(BUNDLE_DIR_ENV)
-    if override:
-        return Path(override)
-    return Path(platformdirs.user_data_dir("gpuconsole")) / "bundles"
 
 
 def bundle_path(output: Path | None, name: str) -> Path:
@@ -44,7 +33,7 @@ def bundle_path(output: Path | None, name: str) -> Path:
         if output.exists():
             raise BundleError(f"{output}: exists; a bundle never replaces a file")
         return output
-    folder = output or default_bundle_dir()
+    folder = output or paths.BUNDLES.path()
     candidate = folder / f"{name}.tar.gz"
     number = 2
     while candidate.exists():

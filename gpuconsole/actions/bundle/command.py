@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuconsole.record.schema import default_recording_path
+from gpuconsole import paths
 
 if TYPE_CHECKING:
     from gpuconsole.actions.bundle.contents import BundleInputs
@@ -141,7 +141,7 @@ def _inputs(
     if target is None:
         raise _BadInput(
             f"unknown host {host!r}: not 'local', not in the inventory, not in the recording "
-            f"{args.record or default_recording_path()}"
+            f"{args.record or paths.RECORDING.path()}"
         )
     history, notes = _read_now(target)
     if history:
@@ -161,7 +161,7 @@ def _recording(path: Path | None, host: str) -> Recording | None:
     from gpuconsole.record.reader import Recording
 
     explicit = path is not None
-    path = path or default_recording_path()
+    path = path or paths.RECORDING.path()
     if not explicit and not path.is_file():
         return None
     recording = Recording(path)

@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpuconsole import paths
 from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.alerts.engine import FIRING
-from gpuconsole.audit import audit_path
 from gpuconsole.model import Finding, HostSnapshot
 from gpuconsole.record.episodes import ALERT, FINDING, Episode, OnsetTracker
 from gpuconsole.record.reader import Recording
@@ -104,7 +104,7 @@ def audit_entries(
 ) -> list[dict[str, Any]]:
     """The audit log's entries about ``host`` logged in [start, end], oldest first."""
     try:
-        text = (path or audit_path()).read_text(encoding="utf-8", errors="replace")
+        text = (path or paths.AUDIT_LOG.path()).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
     entries = []
