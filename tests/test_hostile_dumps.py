@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from smi_captures import FIXTURES, NOHEADER_FIELDS
 
 from gpuconsole.telemetry.smi import (
     QUERY_COMPUTE_APPS_FIELDS,
@@ -40,21 +41,7 @@ from gpuconsole.telemetry.smi import (
 from gpuconsole.telemetry.smi.dump import _TEXT_PATHS, _XML_PATHS, _key_value
 from gpuconsole.telemetry.smi.values import MAX_DEPTH, MAX_ENTRIES, MAX_OUTPUT_SIZE
 
-FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 UUID = "GPU-175817c4-01e6-602d-8cec-942989c1e518"
-NOHEADER_FIELDS = (  # the fields of the header-less capture, as tests/test_smi.py names them
-    "index",
-    "uuid",
-    "name",
-    "utilization.gpu",
-    "memory.used",
-    "memory.total",
-    "temperature.gpu",
-    "power.draw",
-    "power.limit",
-    "clocks.sm",
-    "clocks_event_reasons.active",
-)
 CHILD_BOUND_S = 120
 """Wall-clock bound for the worst cases together; each takes well under a second when the parsers
 are linear, and hours with a quadratic regex or an unbounded tree."""

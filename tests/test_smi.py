@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from smi_captures import NOHEADER_FIELDS, fixture
 
 from gpuconsole.model import EccCounts, GpuProcess, GpuState, PcieLink, RowRemap, Topology
 from gpuconsole.telemetry import SourceError
@@ -28,15 +29,10 @@ from gpuconsole.telemetry.smi import (
     run_command,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 IDLE_UUID = "GPU-a143f776-ddc0-785d-0c25-421b038c7406"
 LOADED_UUID = "GPU-175817c4-01e6-602d-8cec-942989c1e518"
 BUS_ID = "00000000:00:06.0"
 PYTHON3 = GpuProcess(pid=552, gpu=0, used_memory_mib=1002.0, command="python3", kind="compute")
-
-
-def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text(encoding="utf-8")
 
 
 # --- -q -x XML -----------------------------------------------------------------------------------
@@ -247,23 +243,8 @@ def test_query_gpu_csv_with_header_and_units() -> None:
 
 
 def test_query_gpu_csv_without_header_or_units() -> None:
-    # The capture has no header; these are the fields its values line up with (the SM clock and
-    # the power reading agree with the -q text taken alongside).
-    fields = (
-        "index",
-        "uuid",
-        "name",
-        "utilization.gpu",
-        "memory.used",
-        "memory.total",
-        "temperature.gpu",
-        "power.draw",
-        "power.limit",
-        "clocks.sm",
-        "clocks_event_reasons.active",
-    )
     text = fixture("h200-query-gpu-loaded-noheader-nounits.csv")
-    (gpu,) = parse_query_gpu_csv(text, fields)
+    (gpu,) = parse_query_gpu_csv(text, NOHEADER_FIELDS)
     assert (gpu.uuid, gpu.utilization_pct, gpu.memory_used_mib) == (LOADED_UUID, 99.0, 1011.0)
     assert (gpu.memory_total_mib, gpu.temperature_c, gpu.power_w) == (143771.0, 70.0, 689.92)
     assert (gpu.sm_clock_mhz, gpu.throttle_reasons) == (1485.0, ("sw-power-cap",))

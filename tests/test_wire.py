@@ -8,12 +8,12 @@ import json
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hostile import unsafe_texts
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from smi_captures import NOHEADER_FIELDS, fixture
 
 from gpuconsole.clock import ManualClock
 from gpuconsole.model import EccCounts, GpuProcess, PcieLink, RowRemap
@@ -32,16 +32,11 @@ from gpuconsole.telemetry.wire import (
     encode_command,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 LOADED_UUID = "GPU-175817c4-01e6-602d-8cec-942989c1e518"
 DOCKER_ID = "4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"
 DOCKER_CGROUP = f"0::/system.slice/docker-{DOCKER_ID}.scope\n"
 HOST_TIME = 1_767_225_000.5
 NOW = 1_767_225_600.0
-
-
-def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text(encoding="utf-8")
 
 
 def line(kind: str, **fields: object) -> str:
@@ -286,28 +281,13 @@ def test_long_strings_are_cut(stream: AgentStream) -> None:
     assert event.snapshot.gpus[0].name == "H" * MAX_TEXT_CHARS
 
 
-SMI_GPU_FIELDS = [
-    "index",
-    "uuid",
-    "name",
-    "utilization.gpu",
-    "memory.used",
-    "memory.total",
-    "temperature.gpu",
-    "power.draw",
-    "power.limit",
-    "clocks.sm",
-    "clocks_event_reasons.active",
-]
-
-
 def smi_reading(**fields: object) -> str:
     apps = fixture("h200-compute-apps.csv").splitlines()[1:]  # as noheader prints it
     values: dict[str, object] = {
         "seq": 4,
         "time": HOST_TIME,
         "gpu_csv": fixture("h200-query-gpu-loaded-noheader-nounits.csv"),
-        "gpu_fields": SMI_GPU_FIELDS,
+        "gpu_fields": list(NOHEADER_FIELDS),
         "apps_csv": "\n".join(apps) + "\n",
         "apps_fields": list(QUERY_COMPUTE_APPS_FIELDS),
         "processes": [
