@@ -8,8 +8,8 @@ each command) has no default, which tells what was given from what was not; a gi
 command does not read is refused, and the defaults are filled in afterwards. Given both before
 and after the command, the later one wins, as a repeated option does.
 
-`USES` is written from what each runner reads (``run_*`` in `gpuconsole.cli` and the modules
-they call); its test checks it against the parser.
+`USES` is written from what each command's ``run`` reads (in `gpuconsole.commands` and the
+modules it calls); its test checks it against the parser.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ COMMAND_DEST = "_command_words"
 DEMO = frozenset({"demo", "demo_hosts", "seed"})
 INVENTORY = frozenset({"hosts", "inventory"})
 SOURCE = DEMO | INVENTORY | {"prometheus", "refresh"}
-"""What `gpuconsole.cli._console_source` reads: the demo rack, a Prometheus server, or this host
-and the inventory's hosts polled every --refresh seconds."""
+"""What `gpuconsole.commands.sources.console_source` reads: the demo rack, a Prometheus server,
+or this host and the inventory's hosts polled every --refresh seconds."""
 
 USES: dict[str, frozenset[str]] = {
     "": SOURCE | {"theme", "alerts", "record", "no_record"},

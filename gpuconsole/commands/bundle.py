@@ -9,14 +9,15 @@ else one fresh reading. What it collects on the host itself needs a shell there:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuconsole import paths
+from gpuconsole.commands import Subcommands
+from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail
+from gpuconsole.commands.options import add_demo_options, add_inventory_options
+from gpuconsole.commands.sources import alert_rules, demo_source, inventory, read_now
 
 if TYPE_CHECKING:
     from gpuconsole.actions.bundle.contents import BundleInputs
@@ -24,20 +25,11 @@ if TYPE_CHECKING:
     from gpuconsole.hosts.targets import Target
     from gpuconsole.model import HostSnapshot
     from gpuconsole.record.reader import Recording
-    from gpuconsole.telemetry import Source
 
-EXIT_BAD_INPUT = 2
-EXIT_UNREADABLE = 3
 SIMULATED = "nvidia-smi -q, kernel log, verification: a simulated host has no shell to run them in"
 
-AddOptions = Callable[[argparse.ArgumentParser], None]
-TargetOf = Callable[[str], "Target | None"]
 
-
-def add_command(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    source_options: tuple[AddOptions, ...],
-) -> None:
+def add(commands: Subcommands) -> None:
     bundle = commands.add_parser(
         "bundle",
         help="write an incident bundle of one host for a ticket (tar.gz): readings, findings, "
@@ -68,28 +60,26 @@ def add_command(
         "bundles in the XDG data dir)",
     )
     bundle.add_argument("--json", action="store_true", help="print JSON instead of text")
-    for add in source_options:
-        add(bundle)
+    add_demo_options(bundle)
+    add_inventory_options(bundle)
+    bundle.set_defaults(run=run)
 
 
-def run_bundle(
-    args: argparse.Namespace,
-    demo_source: Callable[[], Source],
-    target_of: TargetOf,
-    rules_of: Callable[[], Sequence[Any]],
-) -> int:
-    """Write the bundle; ``target_of`` says how to reach a host's shell (None: no such host)."""
+def run(args: argparse.Namespace) -> int:
+    """Write the bundle."""
+    import asyncio
+
     from gpuconsole.actions.bundle.archive import BundleError
     from gpuconsole.actions.bundle.make import make_bundle
     from gpuconsole.record.schema import RecordingError
 
     try:
-        inputs, target = _inputs(args, demo_source, target_of, rules_of)
+        inputs, target = _inputs(args)
         result = asyncio.run(make_bundle(inputs, target, args.output))
     except (BundleError, RecordingError) as error:
-        return _fail(str(error), EXIT_UNREADABLE)
+        return fail(str(error), EXIT_UNREADABLE)
     except _BadInput as error:
-        return _fail(str(error), EXIT_BAD_INPUT)
+        return fail(str(error), EXIT_BAD_INPUT)
     if args.json:
         data = {"path": str(result.path), "files": list(result.files), "notes": list(result.notes)}
         print(json.dumps(data, indent=2))
@@ -102,28 +92,24 @@ class _BadInput(Exception):
     pass
 
 
-def _inputs(
-    args: argparse.Namespace,
-    demo_source: Callable[[], Source],
-    target_of: TargetOf,
-    rules_of: Callable[[], Sequence[Any]],
-) -> tuple[BundleInputs, Target | None]:
+def _inputs(args: argparse.Namespace) -> tuple[BundleInputs, Target | None]:
     from gpuconsole.actions.bundle.inputs import (
         WINDOW_BEFORE_S,
         history_inputs,
         recorded_inputs,
     )
     from gpuconsole.alerts.engine import AlertEngine
+    from gpuconsole.hosts.targets import find_target
 
     host: str = args.host
     if args.demo:
-        source = demo_source()
+        source = demo_source(args)
         if host not in source.hosts:
             raise _BadInput(f"no host {host!r} in the demo rack (hosts: {', '.join(source.hosts)})")
         history = source.backfill(host, int(WINDOW_BEFORE_S))
-        alerts = AlertEngine(rules_of()).replay(history)
+        alerts = AlertEngine(alert_rules(args)).replay(history)
         return history_inputs(host, "the demo rack", history, alerts, (SIMULATED,)), None
-    target = target_of(host)
+    target = find_target(host, lambda: inventory(args))
     name = target.name if target is not None else host
     recording = _recording(args.record, name)
     if recording is not None:
@@ -146,7 +132,7 @@ def _inputs(
     history, notes = _read_now(target)
     if history:
         name = history[0].host  # this machine as its own source names it
-    alerts = AlertEngine(rules_of()).replay(history)
+    alerts = AlertEngine(alert_rules(args)).replay(history)
     origin = (
         "a reading taken now (no recording holds this host)"
         if history
@@ -194,21 +180,7 @@ def _read_now(target: Target) -> tuple[list[HostSnapshot], tuple[str, ...]]:
     from gpuconsole.telemetry import SourceError
 
     try:
-        if target.entry is None:
-            from gpuconsole.telemetry.local import local_source
-
-            source = local_source()
-            snapshot = source.read(source.hosts[0])
-            return [snapshot], ()
-        from gpuconsole.hosts.source import SshSource
-        from gpuconsole.hosts.supervisor import Supervisor
-
-        remote = SshSource(Supervisor([target.entry]))
-        try:
-            remote.settle(target.entry.connect_timeout + 5.0)
-            return [remote.read(target.name)], ()
-        finally:
-            remote.close()
+        return [read_now(target.entry)], ()
     except SourceError as error:
         return [], (f"readings: none ({error})",)
 
@@ -217,8 +189,3 @@ def _text(result: BundleResult) -> str:
     lines = [f"bundle written: {result.path}"]
     lines += [f"  not collected: {note}" for note in result.notes]
     return "\n".join(lines)
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"gpuconsole: {message}", file=sys.stderr)
-    return code

@@ -1,0 +1,112 @@
+"""The console itself: `gpuconsole` with no command opens the TUI on what the options choose
+(see `sources.console_source`), recording as it watches unless told not to."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuconsole import paths
+from gpuconsole.commands.exits import Refused
+from gpuconsole.commands.options import add_demo_options, add_inventory_options, positive_float
+from gpuconsole.commands.sources import alert_rules, close_source, console_source
+
+if TYPE_CHECKING:
+    from gpuconsole.record.recorder import Recorder
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The console's options, on the top parser: the global options (see `global_options`)."""
+    add_demo_options(parser)
+    add_inventory_options(parser)
+    parser.add_argument(
+        "--refresh",
+        type=positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between readings (default: 1)",
+    )
+    parser.add_argument(
+        "--theme",
+        default=None,
+        metavar="NAME",
+        help="colour theme: gpuconsole-dark (the default) or gpuconsole-light; NO_COLOR=1 "
+        "turns colour off",
+    )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read the fleet from a Prometheus server that scrapes dcgm-exporter (fleets too "
+        "big for SSH, thousands of GPUs)",
+    )
+    parser.add_argument(
+        "--alerts",
+        type=Path,
+        metavar="FILE",
+        help="alert rules file (default: $GPUCONSOLE_ALERTS, else alerts.toml in the XDG "
+        "config dir)",
+    )
+    parser.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="record readings, findings, alerts and actions into FILE (default: "
+        "recording.sqlite in the XDG data dir; the demo records only when given a FILE)",
+    )
+    parser.add_argument(
+        "--no-record", action="store_true", help="do not record (replay needs a recording)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    # Textual is imported here, not at the top: scripts running a subcommand never load it.
+    from gpuconsole.app import GpuConsoleApp
+    from gpuconsole.commands.options import theme_of
+    from gpuconsole.record.schema import RecordingError
+
+    theme = theme_of(args)
+    rules = alert_rules(args)
+    source, label = console_source(args)
+    try:
+        recorder = console_recorder(args, label)
+    except RecordingError as error:
+        close_source(source)
+        raise Refused(str(error)) from None
+    app = GpuConsoleApp(
+        source,
+        label=label,
+        refresh=args.refresh,
+        theme=theme,
+        alert_rules=rules,
+        recorder=recorder,
+    )
+    try:
+        app.run()
+    finally:
+        if recorder is not None:
+            recorder.close()
+        close_source(source)
+    return 0
+
+
+def console_recorder(args: argparse.Namespace, label: str) -> Recorder | None:
+    """The console's recorder: --record FILE, else the default file (not for the demo).
+
+    When the default file cannot be recorded into (another gpuconsole records it, say), the
+    console watches without recording and a line says so; a file named by --record is an error.
+    """
+    from gpuconsole.record.recorder import Recorder
+    from gpuconsole.record.schema import RecordingError
+
+    if args.no_record or (args.demo and args.record is None):
+        return None
+    path = args.record or paths.RECORDING.path()
+    try:
+        return Recorder(path, label=label)
+    except RecordingError as error:
+        if args.record is not None:
+            raise
+        print(f"gpuconsole: not recording: {error}", file=sys.stderr)
+        return None

@@ -1,0 +1,52 @@
+"""`gpuconsole triage --from FILE`: the findings of a saved nvidia-smi dump."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from gpuconsole.commands import Subcommands
+from gpuconsole.commands.exits import fail
+
+
+def add(commands: Subcommands) -> None:
+    triage = commands.add_parser(
+        "triage", help="findings of a saved nvidia-smi dump (-q -x XML or -q text)"
+    )
+    triage.add_argument("--from", dest="dump", required=True, type=Path, metavar="FILE")
+    triage.add_argument("--json", action="store_true", help="print JSON instead of text")
+    triage.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuconsole import health
+    from gpuconsole.cli_output import findings_text
+    from gpuconsole.jsonout import exit_code, finding_dict
+    from gpuconsole.telemetry.smi import SmiParseError, parse_dump, read_dump
+
+    path: Path = args.dump
+    try:
+        snapshot = parse_dump(read_dump(path), host=path.stem, time=time.time())
+    except OSError as error:
+        return fail(f"{path}: {error.strerror or error}")
+    except SmiParseError as error:
+        return fail(f"{path}: {error}")
+    findings = health.evaluate(snapshot)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "file": str(path),
+                    "gpus": len(snapshot.gpus),
+                    "driver_version": snapshot.driver_version,
+                    "findings": [finding_dict(f) for f in findings],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(f"{path}: {len(snapshot.gpus)} GPUs, driver {snapshot.driver_version or 'N/A'}")
+        print(findings_text(findings))
+    return exit_code(findings)
