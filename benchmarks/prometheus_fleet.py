@@ -150,6 +150,7 @@ def scrape_config(prometheus: Prometheus, port: int, targets: int, interval: flo
 
 
 def console_role(args: argparse.Namespace) -> None:
+    from gpuconsole.alerts.engine import AlertEngine
     from gpuconsole.app import GpuConsoleApp
     from gpuconsole.screens.fleet import FleetScreen
     from gpuconsole.telemetry.prometheus import PrometheusSource
@@ -187,12 +188,13 @@ def console_role(args: argparse.Namespace) -> None:
             started = getattr(self, "_query_started", None)
             if started is None:
                 return  # the first reading, taken at mount
-            phases = dict(spent)
-            phases["store"] = time.perf_counter() - applied - phases.get("alerts", 0.0)
-            phases["store"] -= phases.get("screen", 0.0)
+            taken = time.perf_counter()
 
             def painted() -> None:
+                # The screen refreshes on the session's message, after this round was taken.
                 done = time.perf_counter()
+                phases = dict(spent)
+                phases["store"] = taken - applied - phases.get("alerts", 0.0)
                 rounds.append(
                     {
                         "at": done,
@@ -213,7 +215,7 @@ def console_role(args: argparse.Namespace) -> None:
     first_round_s = time.perf_counter() - made
     source._fetch = timed("fetch", source._fetch)  # type: ignore[method-assign]
     app = Measured(source, label=f"Prometheus {args.url}", refresh=args.refresh)
-    app.alerts.evaluate = timed("alerts", app.alerts.evaluate)  # type: ignore[method-assign]
+    AlertEngine.evaluate = timed("alerts", AlertEngine.evaluate)  # type: ignore[method-assign]
 
     async def run() -> dict[str, object]:
         async with app.run_test(size=(160, 50)):
@@ -227,11 +229,12 @@ def console_role(args: argparse.Namespace) -> None:
                 cpu_after.ru_stime - cpu_before.ru_stime
             )
             window = [r for r in rounds if wall_before <= r["at"] <= wall_before + wall]
+            store = app.fleet.store
             return {
                 "hosts": len(source.hosts),
-                "gpus": sum(len(s.gpus) for h in app.store.hosts if (s := app.store.latest(h))),
-                "live": sum(app.store.status(h).state.value == "live" for h in app.store.hosts),
-                "alerts": len(app.alerts.active()),
+                "gpus": sum(len(s.gpus) for h in store.hosts if (s := store.latest(h))),
+                "live": sum(store.status(h).state.value == "live" for h in store.hosts),
+                "alerts": len(app.fleet.alerts.active()),
                 "rounds": window,
                 "cpu_pct_of_core": 100 * cpu / wall,
                 "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

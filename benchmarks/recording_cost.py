@@ -12,9 +12,10 @@
    6 h at 1 Hz, the 18 h before at one reading per 10 s): real simulated readings (a pool of
    ``--pool`` seconds per host, laid out again and again with new times), written through the
    recorder's writer with their findings. Then: opening it (`Recording`), a jump (the reading
-   of every host at a random time: what the replay shows at once), the same with the history
-   before it (90 s per host into a fresh store, alerts replayed over it: what follows it),
-   and the replay app itself (headless) opening and jumping to the next finding, each until
+   of every host at a random time into a fresh fleet session: what the replay shows at once),
+   the same with the history before it (`JUMP_HISTORY_S` per host into a fresh session: the
+   store, the alerts and the onsets primed with it, as the replay does after a jump), and the
+   replay app itself (headless) opening and jumping to the next finding, each until
    the fleet shows the moment and until the history is there.
 
 It prints the figures and a JSON line with them. Run on an idle machine: figures are CPU time
@@ -41,14 +42,15 @@ sys.path.insert(0, str(REPO))
 from gpuconsole.alerts.defaults import DEFAULT_RULES  # noqa: E402
 from gpuconsole.alerts.engine import AlertEngine  # noqa: E402
 from gpuconsole.clock import ManualClock  # noqa: E402
+from gpuconsole.fleet import FleetSession  # noqa: E402
 from gpuconsole.model import Finding, HostSnapshot, HostState  # noqa: E402
-from gpuconsole.poller import collect, ingest, prime  # noqa: E402
+from gpuconsole.poller import collect, ingest  # noqa: E402
 from gpuconsole.record.reader import Recording  # noqa: E402
 from gpuconsole.record.recorder import RecordingWriter, Tick, tick_of  # noqa: E402
 from gpuconsole.record.replay import ReplaySource  # noqa: E402
 from gpuconsole.record.retention import Maintenance, Retention, Tier  # noqa: E402
 from gpuconsole.record.schema import create, open_for_writing  # noqa: E402
-from gpuconsole.replay_app import JUMP_HISTORY_S, replayed_alerts  # noqa: E402
+from gpuconsole.replay_app import JUMP_HISTORY_S  # noqa: E402
 from gpuconsole.store import FleetStore, HostStatus  # noqa: E402
 from gpuconsole.telemetry.sim import DEFAULT_EPOCH, SimRack, SimSource  # noqa: E402
 
@@ -203,15 +205,13 @@ def day_figures(path: Path, start: float, end: float, jumps: int) -> dict[str, f
         at = rng.uniform(start + 300, end)
         began = time.perf_counter()
         source.move_to(at)
-        store = FleetStore(source.hosts)
-        ingest(store, collect(source))
+        FleetSession(source.hosts, DEFAULT_RULES).take(collect(source))
         source.episodes_at()
         quick.append(time.perf_counter() - began)
         began = time.perf_counter()
-        store = FleetStore(source.hosts)
-        prime(store, source, JUMP_HISTORY_S)
-        ingest(store, collect(source))
-        replayed_alerts(DEFAULT_RULES, store)
+        fleet = FleetSession(source.hosts, DEFAULT_RULES)
+        fleet.prime(source, JUMP_HISTORY_S)
+        fleet.take(collect(source))
         full.append(time.perf_counter() - began)
     recording.close()
     app = asyncio.run(app_figures(path, end - FULL_S / 2))
@@ -236,11 +236,11 @@ async def app_figures(path: Path, at: float) -> dict[str, float]:
     app = ReplayApp(recording, at=at)
     figures = {}
     async with app.run_test(size=(160, 48)) as pilot:
-        host = app.store.hosts[0]
-        while app.store.latest(host) is None:
+        host = app.fleet.store.hosts[0]
+        while app.fleet.store.latest(host) is None:
             await pilot.pause(0.002)
         figures["app_open_s"] = time.perf_counter() - began
-        while len(app.store.history(host)) < 2:
+        while len(app.fleet.store.history(host)) < 2:
             await pilot.pause(0.002)
         figures["app_open_history_s"] = time.perf_counter() - began
         await app.workers.wait_for_complete()
@@ -251,10 +251,10 @@ async def app_figures(path: Path, at: float) -> dict[str, float]:
         assert reading is not None
         began = time.perf_counter()
         app.action_finding(1)
-        while (s := app.store.latest(host)) is None or s.time != reading.time:
+        while (s := app.fleet.store.latest(host)) is None or s.time != reading.time:
             await pilot.pause(0.002)
         figures["app_jump_s"] = time.perf_counter() - began
-        while len(app.store.history(host)) < 2:
+        while len(app.fleet.store.history(host)) < 2:
             await pilot.pause(0.002)
         figures["app_jump_history_s"] = time.perf_counter() - began
         await app.workers.wait_for_complete()

@@ -12,17 +12,15 @@ from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.processes import ProcessSignals
 from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.engine import AlertEngine, findings_from
 from gpuconsole.alerts.rules import AlertRule
+from gpuconsole.fleet import FleetSession, Round
 from gpuconsole.hosts.targets import Target, TargetFinder
+from gpuconsole.messages import FleetUpdated
 from gpuconsole.poller import Reading, collect
-from gpuconsole.record.timeline import Timeline
-from gpuconsole.rounds import primed, take_round
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.commands import ConsoleCommands
 from gpuconsole.screens.fleet import FleetScreen
 from gpuconsole.screens.help import HelpScreen
-from gpuconsole.store import FleetStore
 from gpuconsole.telemetry import Source
 from gpuconsole.terminal.strips import guard_strips
 from gpuconsole.themes import DEFAULT_THEME, THEMES
@@ -36,7 +34,8 @@ if TYPE_CHECKING:
 
 
 class GpuConsoleApp(App[None]):
-    """The console. Readings arrive from a worker thread; screens render from the store."""
+    """The console. Readings arrive from a worker thread into the fleet session; screens render
+    from its store and are told which hosts changed (`FleetUpdated`)."""
 
     CSS_PATH = "app.tcss"
     TITLE = "gpuconsole"
@@ -95,8 +94,6 @@ class GpuConsoleApp(App[None]):
         guard_strips()
         super().__init__()
         self.source = source
-        self.timeline = Timeline(recorder)
-        """When each finding and alert began; the recorder, when the console records."""
         if signals is None and isinstance(source, ProcessSignals):
             signals = source
         self.signals = signals
@@ -115,9 +112,10 @@ class GpuConsoleApp(App[None]):
         takes seconds to simulate); False reads it before the first frame, as tests want."""
         self._alert_rules = DEFAULT_RULES if alert_rules is None else tuple(alert_rules)
         self._history_seconds = history_seconds
-        self.store = FleetStore(source.hosts, history_length=history_seconds)
-        self.alerts = AlertEngine(self._alert_rules, findings=findings_from(self.store))
-        """Evaluated on each ingest of readings, at the readings' time."""
+        self._recorder = recorder
+        self.fleet = self._new_session()
+        """The store, the alerts, the onsets and the recording the screens show; replaced by
+        one primed with the hosts' recent past once that is read (see `_begin`)."""
         for registered in THEMES.values():
             self.register_theme(registered)
         self.theme = theme
@@ -159,21 +157,28 @@ class GpuConsoleApp(App[None]):
             description="read the hosts' recent past and a first reading",
         )
 
+    def _new_session(self) -> FleetSession:
+        """An empty session with the console's hosts, rules, history length and recorder."""
+        return FleetSession(
+            self.source.hosts,
+            self._alert_rules,
+            history_seconds=self._history_seconds,
+            recorder=self._recorder,
+        )
+
     def _read_start(self) -> _Start:
-        """A store with the hosts' recent past and first reading, and the alerts it leaves
-        active; built apart from the app's, so the screens never see it half filled."""
-        store, alerts = primed(self.source, self._history_seconds, self._alert_rules)
-        readings = collect(self.source)
-        take_round(store, alerts, readings)
-        return _Start(store, alerts, readings)
+        """A session primed with the hosts' recent past, that took a first reading; built apart
+        from the app's, so the screens never see it half filled."""
+        fleet = self._new_session()
+        fleet.prime(self.source, self._history_seconds)
+        return _Start(fleet, fleet.take(collect(self.source)))
 
     def _begin(self, start: _Start) -> None:
-        """Show the start's store and alerts, then poll."""
-        self.store, self.alerts = start.store, start.alerts
+        """Show the start's session, then poll."""
+        self.fleet = start.fleet
         self.starting = False
-        self._note_round(start.readings, set(self.store.hosts))
-        if isinstance(self.screen, ConsoleScreen):
-            self.screen.refresh_view(set(self.store.hosts))
+        self._tell_problem(start.first.problem)
+        self._fleet_updated(start.first.changed)
         if self.auto_poll:
             self._schedule_poll()
 
@@ -216,15 +221,19 @@ class GpuConsoleApp(App[None]):
                 self._schedule_poll()
 
     def apply_readings(self, readings: list[Reading]) -> None:
-        """Record readings and let the screen on top show what changed."""
-        changed = take_round(self.store, self.alerts, readings)
-        self._note_round(readings, changed)
-        if changed and not self.paused and isinstance(self.screen, ConsoleScreen):
-            self.screen.refresh_view(changed)
+        """One round into the session; the screen on top shows what changed."""
+        taken = self.fleet.take(readings)
+        self._tell_problem(taken.problem)
+        if taken.changed and not self.paused:
+            self._fleet_updated(taken.changed)
 
-    def _note_round(self, readings: list[Reading], changed: set[str]) -> None:
-        """Onsets for the triage view; the round into the recording, when recording."""
-        problem = self.timeline.note(self.store, readings, changed, self.alerts.active())
+    def _fleet_updated(self, changed: set[str] | None) -> None:
+        """Tell the screen on top that ``changed`` hosts changed (None: anything may have)."""
+        if isinstance(self.screen, ConsoleScreen):
+            self.screen.post_message(FleetUpdated(changed))
+
+    def _tell_problem(self, problem: str | None) -> None:
+        """The recorder's one line, when it has one (why it stopped, that it falls behind)."""
         if problem is not None:
             self.notify(problem, severity="error", timeout=30)
 
@@ -306,7 +315,7 @@ class GpuConsoleApp(App[None]):
 
     def bundle(self, host: str) -> None:
         """Write an incident bundle of ``host`` in the background; a notice says where."""
-        from gpuconsole.screens.bundling import bundle_live
+        from gpuconsole.actions.bundle.live import bundle_live
 
         bundle_live(self, host)
 
@@ -315,7 +324,11 @@ class GpuConsoleApp(App[None]):
 
         if not isinstance(self.screen, TriageScreen):
             self.push_screen(
-                TriageScreen(self.timeline.onsets, lambda: self.alerts.active(), self.alerts.rules)
+                TriageScreen(
+                    lambda ident: self.fleet.onsets.since(ident),
+                    lambda: self.fleet.alerts.active(),
+                    self._alert_rules,
+                )
             )
 
     def action_alerts(self) -> None:
@@ -334,8 +347,7 @@ class GpuConsoleApp(App[None]):
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
-        if isinstance(self.screen, ConsoleScreen):
-            self.screen.refresh_view(None)
+        self._fleet_updated(None)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -343,6 +355,5 @@ class GpuConsoleApp(App[None]):
 
 
 class _Start(NamedTuple):
-    store: FleetStore
-    alerts: AlertEngine
-    readings: list[Reading]
+    fleet: FleetSession
+    first: Round

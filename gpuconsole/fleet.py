@@ -1,34 +1,143 @@
-"""Polling rounds as the console and the headless recorder both keep them: a store primed with
-the hosts' recent past and the alerts that past leaves active, then each round's readings into
-the store and the alert engine evaluated at the readings' time (not the wall clock)."""
+"""The polling round's one home: a fleet session owns the store, the alert engine, the onsets
+(when each finding and firing alert began) and, when the fleet is recorded, the recorder. The
+console, the headless recorder, the exporter and replay each drive one.
+
+A session is primed with the hosts' recent past, as far as the source can replay it: the store
+takes it, the alert engine replays it, and the onsets take it too, reading by reading, with the
+findings the alert engine sees in each. So a finding, its alert and its episode begin at one
+instant everywhere (the triage view, the alerts screen, a bundle), not the alert in the past
+and the finding when the console started. Then each round's readings go into the store, the
+alert engine evaluated at the readings' time (not the wall clock), the onsets and the recording.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import NamedTuple
 
 from gpuconsole.alerts.engine import AlertEngine, findings_from
 from gpuconsole.alerts.rules import AlertRule
 from gpuconsole.poller import Reading, ingest, prime
+from gpuconsole.record.episodes import FINDING, OnsetTracker
+from gpuconsole.record.recorder import Recorder, tick_of
 from gpuconsole.store import FleetStore
 from gpuconsole.telemetry import Source
 
 
-def primed(
-    source: Source, seconds: int, rules: Sequence[AlertRule]
-) -> tuple[FleetStore, AlertEngine]:
-    """A store holding the last ``seconds`` the source can replay, and the alerts active at its
-    end (duration rules need the recent past)."""
-    store = FleetStore(source.hosts, history_length=seconds)
-    prime(store, source, seconds)
-    alerts = AlertEngine(rules, findings=findings_from(store))
-    alerts.replay(s for host in store.hosts for s in store.history(host))
-    return store, alerts
+class Round(NamedTuple):
+    """What taking one round's readings did."""
+
+    changed: set[str]
+    """The hosts whose state changed; every host in a session's first round (nothing of them
+    had been stated before)."""
+    problem: str | None = None
+    """Once each: why recording stopped, or that it falls behind."""
 
 
-def take_round(store: FleetStore, alerts: AlertEngine, readings: list[Reading]) -> set[str]:
-    """One round's readings into the store and the alerts; the hosts whose state changed."""
-    changed = ingest(store, readings)
-    snapshots = [r.snapshot for r in readings if r.snapshot is not None]
-    if snapshots:
-        alerts.evaluate(snapshots, max(s.time for s in snapshots))
-    return changed
+class FleetSession:
+    """Store, alerts, onsets and recording, fed together once per polling round (`take`).
+
+    Not thread-safe: one thread feeds and reads a session at a time (a session built on a
+    worker thread is handed over whole, as the console's start and replay's jumps do).
+    """
+
+    def __init__(
+        self,
+        hosts: Iterable[str],
+        rules: Sequence[AlertRule],
+        *,
+        history_seconds: int = 120,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self.store = FleetStore(hosts, history_length=history_seconds)
+        self._findings = findings_from(self.store)
+        self.alerts = AlertEngine(rules, findings=self._findings)
+        """Evaluated on each round's readings, at the readings' time."""
+        self.onsets = OnsetTracker()
+        """The episodes open now: when each finding and firing alert began."""
+        self.recorder = recorder
+        self._stated = False
+        """Whether a round has stated every host's findings (the first one does)."""
+        self._error_told = False
+        self._behind_told = False
+        self._unrecorded: set[str] = set()
+        """Hosts that changed in rounds the recorder could not take: the next round that it
+        takes states their findings, so no episode change is lost with a round."""
+        self._began_told = False
+        """Whether the recorder took the episodes open before its first tick (`Tick.began`)."""
+
+    @property
+    def recording(self) -> Path | None:
+        """The file being recorded into, if any."""
+        return None if self.recorder is None else self.recorder.path
+
+    def prime(self, source: Source, seconds: int) -> None:
+        """The last ``seconds`` the source can replay: into the store, the alerts they leave
+        active, and the episodes open at their end, each begun at the reading where it first
+        showed (within the onsets' grace, as if the console had been watching).
+
+        The onsets take each past reading with the findings the alert engine replays it with
+        (the store's for the newest, the health rules' for the others), so a finding and the
+        alert that fires on it begin at the same reading.
+        """
+        prime(self.store, source, seconds)
+        self.alerts.replay(s for host in self.store.hosts for s in self.store.history(host))
+        for host in self.store.hosts:
+            for snapshot in self.store.history(host):
+                self.onsets.update_host(
+                    host, snapshot.time, self._findings(snapshot), snapshot.xid_events
+                )
+        if self.alerts.now is not None:
+            self.onsets.update_alerts(self.alerts.now, self.alerts.active())
+
+    def take(self, readings: Sequence[Reading], stop: threading.Event | None = None) -> Round:
+        """One round's readings into the store, the alerts (at the newest reading's time), the
+        onsets and the recording.
+
+        With ``stop`` (the headless recorder), waits for a recorder that is behind (see
+        `Recorder.take`); a round taken once ``stop`` is set was cut short and goes no further
+        than the store and the alerts.
+        """
+        changed = ingest(self.store, readings)
+        snapshots = [r.snapshot for r in readings if r.snapshot is not None]
+        if snapshots:
+            self.alerts.evaluate(snapshots, max(s.time for s in snapshots))
+        if not self._stated:
+            changed |= set(self.store.hosts)
+        if stop is not None and stop.is_set():
+            return Round(changed)
+        self._stated = True
+        return Round(changed, self._note(readings, changed | self._unrecorded, stop))
+
+    def _note(
+        self, readings: Sequence[Reading], changed: set[str], stop: threading.Event | None
+    ) -> str | None:
+        """The round into the onsets and the recorder; returns, once each, why recording
+        stopped if it did, and that it fell behind."""
+        tick = tick_of(self.store, readings, changed, self.alerts.active())
+        for host, seen, findings, xids in tick.findings_by_host():
+            self.onsets.update_host(host, seen, findings, xids)
+        self.onsets.update_alerts(tick.time, tick.alerts)
+        if self.recorder is None:
+            return None
+        if not self._began_told:
+            began = tuple(e for e in self.onsets.open_episodes() if e.kind == FINDING)
+            tick = replace(tick, began=began)
+        if self.recorder.take(tick, stop):
+            self._unrecorded.clear()
+            self._began_told = True
+        else:
+            self._unrecorded = changed
+        if self.recorder.error is not None:
+            if self._error_told:
+                return None
+            self._error_told = True
+            return self.recorder.error
+        stopping = stop is not None and stop.is_set()  # a round cut short is not news
+        if self._unrecorded and not self._behind_told and not stopping:
+            self._behind_told = True
+            return f"{self.recorder.path}: the recording falls behind: some rounds not recorded"
+        return None

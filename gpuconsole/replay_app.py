@@ -22,33 +22,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from textual import on
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
 from textual.events import Mount
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Input, Static
+from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.actions.bundle.inputs import recorded_inputs
-from gpuconsole.alerts.engine import AlertEngine, findings_from
+from gpuconsole.actions.bundle.live import start
 from gpuconsole.alerts.rules import AlertRule
 from gpuconsole.app import GpuConsoleApp
+from gpuconsole.fleet import FleetSession
 from gpuconsole.model import Severity
-from gpuconsole.poller import Reading, collect, ingest, prime
+from gpuconsole.poller import Reading, collect
 from gpuconsole.record.episodes import Episode
 from gpuconsole.record.reader import Recording
 from gpuconsole.record.replay import EpisodesAt, ReplaySource
 from gpuconsole.record.retention import parse_duration
 from gpuconsole.record.when import clock, parse_moment
 from gpuconsole.screens.base import ConsoleScreen
-from gpuconsole.screens.bundling import start
 from gpuconsole.screens.fleet import FleetScreen
-from gpuconsole.store import FleetStore
+from gpuconsole.screens.goto import GoToScreen
 from gpuconsole.themes import DEFAULT_THEME
 from gpuconsole.widgets.cursor_bar import CursorBar, CursorState
+from gpuconsole.widgets.damage_bar import DamageBar
 
 STEP_FORWARD_MAX_S = 60.0
 """Forward moves up to this long read the new moment into the store; longer ones rebuild it."""
@@ -60,63 +57,6 @@ CHECK_AROUND_S = 600.0
 """At the start, the readings this long either side of the cursor are checked in full."""
 DAMAGE_NOTICES = 3
 """Newly found damaged stretches told as a notice each, at a time; the rest in one more."""
-
-
-class DamageBar(Static):
-    """One line above the cursor bar, there only when the recording is damaged."""
-
-    DEFAULT_CSS = """
-    DamageBar {
-        dock: bottom;
-        height: 1;
-        padding: 0 1;
-        margin-bottom: 2;
-        background: $error 30%;
-        display: none;
-    }
-    """
-
-    def __init__(self) -> None:
-        super().__init__(markup=False)
-
-    def show(self, line: str) -> None:
-        self.update(line)
-        self.display = bool(line)
-
-
-def replayed_alerts(rules: Sequence[AlertRule], store: FleetStore) -> AlertEngine:
-    """An alert engine brought to the store's latest readings by replaying its history."""
-    engine = AlertEngine(rules, findings=findings_from(store))
-    engine.replay(s for host in store.hosts for s in store.history(host))
-    return engine
-
-
-class GoToScreen(ModalScreen[str | None]):
-    """Asks for a time: ``03:12``, ``2026-01-01 03:12:05``, ``+5m``, ``-90s``."""
-
-    BINDINGS = [Binding("escape", "dismiss_none", "Cancel", id="replay.goto-cancel")]
-    DEFAULT_CSS = """
-    GoToScreen { align: center middle; }
-    #goto-body {
-        width: 64;
-        height: auto;
-        padding: 1 2;
-        border: round $primary;
-        background: $surface;
-    }
-    """
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="goto-body"):
-            yield Static("Go to (UTC): 03:12, 2026-01-01 03:12:05, +5m or -90s", markup=False)
-            yield Input(placeholder="time", id="goto-input")
-
-    @on(Input.Submitted, "#goto-input")
-    def _submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value.strip() or None)
-
-    def action_dismiss_none(self) -> None:
-        self.dismiss(None)
 
 
 class ReplayApp(GpuConsoleApp):
@@ -225,8 +165,7 @@ class ReplayApp(GpuConsoleApp):
                 severity="error",
                 timeout=15,
             )
-        if isinstance(self.screen, ConsoleScreen):
-            self.screen.refresh_view(None)
+        self._fleet_updated(None)
 
     def _attach_bar(self, screen: Screen[object]) -> None:
         """Every console screen gets a cursor bar (above its footer) once it is composed."""
@@ -293,25 +232,20 @@ class ReplayApp(GpuConsoleApp):
         self._show_cursor()
 
         def work() -> None:
-            quick = FleetStore(self.replay.hosts, history_length=self._history_seconds)
-            readings = collect(self.replay)
-            ingest(quick, readings)
-            alerts = AlertEngine(self.alerts.rules, findings=findings_from(quick))
-            alerts.evaluate([r.snapshot for r in readings if r.snapshot], at)
+            quick = self._new_session()
+            quick.take(collect(self.replay))
             episodes = self.replay.episodes_at()
-            self.call_from_thread(self._swap, generation, quick, alerts, episodes)
+            self.call_from_thread(self._swap, generation, quick, episodes)
             if jumped:
                 self.call_from_thread(self._tell_onset, at, episodes)
             if first:
                 self.call_from_thread(self._set_onsets, self.recording.onsets())
             if generation != self._generation:
                 return
-            full = FleetStore(self.replay.hosts, history_length=self._history_seconds)
-            prime(full, self.replay, JUMP_HISTORY_S)
-            ingest(full, collect(self.replay))
-            self.call_from_thread(
-                self._swap, generation, full, replayed_alerts(self.alerts.rules, full), episodes
-            )
+            full = self._new_session()
+            full.prime(self.replay, JUMP_HISTORY_S)
+            full.take(collect(self.replay))
+            self.call_from_thread(self._swap, generation, full, episodes)
 
         self.run_worker(
             work,
@@ -322,16 +256,12 @@ class ReplayApp(GpuConsoleApp):
             description=f"read the recording at {clock(at)} UTC",
         )
 
-    def _swap(
-        self, generation: int, store: FleetStore, alerts: AlertEngine, episodes: list[Episode]
-    ) -> None:
+    def _swap(self, generation: int, fleet: FleetSession, episodes: list[Episode]) -> None:
         if generation != self._generation:
             return  # the cursor moved on meanwhile
-        self.store = store
-        self.alerts = alerts
+        self.fleet = fleet
         self.recorded.load(episodes)
-        if isinstance(self.screen, ConsoleScreen):
-            self.screen.refresh_view(None)
+        self._fleet_updated(None)
         self._show_cursor()
 
     def _set_onsets(self, onsets: list[tuple[float, Severity]]) -> None:
@@ -438,7 +368,9 @@ class ReplayApp(GpuConsoleApp):
         from gpuconsole.screens.triage import TriageScreen
 
         if not isinstance(self.screen, TriageScreen):
-            self.push_screen(TriageScreen(self.recorded, self.recorded.alerts, self.alerts.rules))
+            self.push_screen(
+                TriageScreen(self.recorded.since, self.recorded.alerts, self._alert_rules)
+            )
 
     def bundle(self, host: str) -> None:
         """A bundle of the recording around the cursor (the host itself is not contacted)."""

@@ -230,13 +230,13 @@ def test_simulated_rack_faults_raise_the_right_alerts(rack: SimRack) -> None:
 async def test_the_app_evaluates_at_the_readings_time(make_app, clock) -> None:
     app = make_app()
     async with app.run_test(size=(120, 40)):
-        assert app.alerts.now == NOW  # the replayed history ends at the first reading
-        before = {a.key: a for a in app.alerts.active()}
+        assert app.fleet.alerts.now == NOW  # the replayed history ends at the first reading
+        before = {a.key: a for a in app.fleet.alerts.active()}
         assert before[("gpu-throttling", "a100-01", 2)].state == FIRING
         clock.advance(30)
         app.apply_readings(collect(app.source))
-        assert app.alerts.now == NOW + 30
-        after = {a.key: a for a in app.alerts.active()}
+        assert app.fleet.alerts.now == NOW + 30
+        after = {a.key: a for a in app.fleet.alerts.active()}
         assert (
             after[("gpu-throttling", "a100-01", 2)].since
             == before[("gpu-throttling", "a100-01", 2)].since

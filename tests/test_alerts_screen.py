@@ -37,7 +37,7 @@ async def test_a_opens_the_alerts_firing_first(make_app) -> None:
         await pilot.press("a")
         screen = app.screen
         assert isinstance(screen, AlertsScreen)
-        active = app.alerts.active()
+        active = app.fleet.alerts.active()
         assert rows(screen) == [row_key(a) for a in active]
         firing = [a for a in active if a.state == FIRING]
         assert firing and rows(screen)[: len(firing)] == [row_key(a) for a in firing]
@@ -56,26 +56,26 @@ async def test_acknowledge_silence_and_unsilence(make_app) -> None:
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("a")
         screen = app.screen
-        top = app.alerts.active()[0]
+        top = app.fleet.alerts.active()[0]
         await pilot.press("space")
-        assert app.alerts.acknowledged(top.key)
+        assert app.fleet.alerts.acknowledged(top.key)
         assert cell(screen, row_key(top), "state") == "FIRING ack"
         await pilot.press("space")
-        assert not app.alerts.acknowledged(top.key)
+        assert not app.fleet.alerts.acknowledged(top.key)
         await pilot.press("s")
         assert isinstance(app.screen, SilenceScreen)
         await pilot.press("down", "enter")  # the second choice: 1 hour
         assert app.screen is screen
-        assert app.alerts.silenced_until(top.key) == app.alerts.now + 3600
+        assert app.fleet.alerts.silenced_until(top.key) == app.fleet.alerts.now + 3600
         assert rows(screen)[-1] == row_key(top)  # silenced alerts sink to the bottom
         assert cell(screen, row_key(top), "state").endswith("muted")
         assert cell(screen, row_key(top), "message").startswith("(silenced 1h 00m more)")
         await pilot.press("s", "escape")  # asked again, cancelled: nothing changes
-        assert app.alerts.silenced_until(top.key) == app.alerts.now + 3600
+        assert app.fleet.alerts.silenced_until(top.key) == app.fleet.alerts.now + 3600
         table = screen.query_one("#alerts", KeyedTable)
         table.move_cursor(row=table.get_row_index(row_key(top)))
         await pilot.press("u")
-        assert app.alerts.silenced_until(top.key) is None
+        assert app.fleet.alerts.silenced_until(top.key) is None
         assert rows(screen)[0] == row_key(top)
 
 
@@ -83,7 +83,7 @@ async def test_enter_opens_the_alerts_host_and_gpu(make_app) -> None:
     app = make_app()
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("a")
-        top = app.alerts.active()[0]
+        top = app.fleet.alerts.active()[0]
         await pilot.press("enter")
         assert isinstance(app.screen, HostScreen)
         assert app.screen.host == top.host

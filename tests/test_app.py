@@ -52,7 +52,7 @@ async def test_worst_host_first_then_sort_by_name(make_app) -> None:
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         keys = row_keys(app.screen, "fleet")
-        severities = [app.store.severity(h) for h in keys]
+        severities = [app.fleet.store.severity(h) for h in keys]
         # Info findings rank with no findings (they come and go with the load).
         ranks = [-1 if s is None or s < Severity.WARNING else int(s) for s in severities]
         assert ranks == sorted(ranks, reverse=True)
@@ -66,7 +66,7 @@ async def test_expand_host_shows_its_gpus_and_collapse(make_app) -> None:
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         host = row_keys(app.screen, "fleet")[0]
-        gpus = len(app.store.latest(host).gpus)
+        gpus = len(app.fleet.store.latest(host).gpus)
         await pilot.press("space")
         keys = row_keys(app.screen, "fleet")
         assert keys[1 : 1 + gpus] == [gpu_row_key(host, i) for i in range(gpus)]
@@ -91,14 +91,16 @@ async def test_filter_keeps_matching_hosts_and_escape_clears(make_app) -> None:
         keys = row_keys(app.screen, "fleet")
         assert keys and all(k.startswith("a100") for k in keys)
         await pilot.press("enter", "escape")
-        assert len(row_keys(app.screen, "fleet")) == len(app.store.hosts)
+        assert len(row_keys(app.screen, "fleet")) == len(app.fleet.store.hosts)
 
 
 async def test_fault_appearing_while_the_screen_is_open(make_app, rack, clock) -> None:
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("s")  # by name: h100-02 keeps its place while it turns critical
-        assert app.store.severity("h100-02") is None or app.store.severity("h100-02") < 2
+        assert (
+            app.fleet.store.severity("h100-02") is None or app.fleet.store.severity("h100-02") < 2
+        )
         rack.set_fault("h100-02", "xid-79", gpu=5, since=clock.now + 1)
         tick(app, clock)
         await pilot.pause()
@@ -116,13 +118,13 @@ async def test_host_that_stops_answering_goes_stale_then_down(make_app, rack, cl
         rack.set_fault("l40s-01", "host-unresponsive", since=clock.now)
         for _ in range(3):
             tick(app, clock)
-        assert app.store.status("l40s-01").state is HostState.STALE
+        assert app.fleet.store.status("l40s-01").state is HostState.STALE
         await pilot.pause()
         assert cell_text(app.screen, "fleet", "l40s-01", "state") == "stale"
         for _ in range(7):
             tick(app, clock)
         await pilot.pause()
-        assert app.store.status("l40s-01").state is HostState.DOWN
+        assert app.fleet.store.status("l40s-01").state is HostState.DOWN
         assert cell_text(app.screen, "fleet", "l40s-01", "state") == "down"
         assert cell_text(app.screen, "fleet", "l40s-01", "problem") == "CRIT host-down"
         assert row_keys(app.screen, "fleet")[0] == "l40s-01"
@@ -142,7 +144,7 @@ async def test_host_screen_trend_follows_the_cursor(make_app) -> None:
 async def test_next_host_key_moves_through_the_rack(make_app) -> None:
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        hosts = app.store.hosts
+        hosts = app.fleet.store.hosts
         app.push_screen(HostScreen(hosts[0]))
         await pilot.pause()
         await pilot.press("right_square_bracket")
@@ -185,7 +187,9 @@ async def test_command_palette_offers_hosts(make_app) -> None:
         provider = ConsoleCommands(app.screen)
         names = [name for name, _, _ in provider._commands()]
         assert "Fleet" in names
-        assert all(f"Host {h}" in names and f"Topology of {h}" in names for h in app.store.hosts)
+        assert all(
+            f"Host {h}" in names and f"Topology of {h}" in names for h in app.fleet.store.hosts
+        )
 
 
 async def test_mig_instances_show_under_their_gpu_with_utilization_na() -> None:

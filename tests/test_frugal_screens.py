@@ -39,15 +39,15 @@ async def test_pause_freezes_the_screen_but_not_the_readings(make_app, clock) ->
         await pilot.press("p")
         assert "paused: p resumes" in str(screen.query_one("#title-bar").render())
         shown = [util_of(screen, str(g)) for g in range(8)]
-        before = app.store.latest(host).time
+        before = app.fleet.store.latest(host).time
         for _ in range(5):
             tick(app, clock)
         await pilot.pause()
-        assert app.store.latest(host).time == before + 5  # still read and kept
+        assert app.fleet.store.latest(host).time == before + 5  # still read and kept
         assert [util_of(screen, str(g)) for g in range(8)] == shown
         await pilot.press("p")
         assert "paused" not in str(screen.query_one("#title-bar").render())
-        latest = app.store.latest(host)
+        latest = app.fleet.store.latest(host)
         assert util_of(screen, "0").endswith(f"{latest.gpus[0].utilization_pct:.0f}%")
 
 
@@ -141,10 +141,10 @@ async def test_the_first_frame_does_not_wait_for_the_hosts_past(rack, clock) -> 
         await pilot.pause()
         title = str(app.screen.query_one("#title-bar").render())
         assert "6 live" in title and "recent past" not in title
-        assert len(app.store.history("a100-01")) == 120
+        assert len(app.fleet.store.history("a100-01")) == 120
         # The same alerts as a console that read the past before its first frame.
         expected = AlertEngine(DEFAULT_RULES).replay(
-            s for host in app.store.hosts for s in app.store.history(host)
+            s for host in app.fleet.store.hosts for s in app.fleet.store.history(host)
         )
-        assert [a.key for a in app.alerts.active()] == [a.key for a in expected]
+        assert [a.key for a in app.fleet.alerts.active()] == [a.key for a in expected]
         assert any(a.key == ("gpu-throttling", "a100-01", 2) for a in expected)

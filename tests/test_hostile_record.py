@@ -30,8 +30,11 @@ from hypothesis import strategies as st
 from test_record import START, full_snapshot, record_incident
 
 from gpuconsole import paths
-from gpuconsole.cli import MAX_DEMO_HOSTS, main
+from gpuconsole.cli import main
+from gpuconsole.commands.options import MAX_DEMO_HOSTS
+from gpuconsole.fleet import FleetSession
 from gpuconsole.model import HostState
+from gpuconsole.poller import Reading
 from gpuconsole.record import codec, reader
 from gpuconsole.record.reader import DamagedReading, Recording
 from gpuconsole.record.recorder import MAX_QUEUED_TICKS, Recorder, Tick
@@ -43,12 +46,11 @@ from gpuconsole.record.schema import (
     create,
     open_for_writing,
 )
-from gpuconsole.record.timeline import Timeline
 from gpuconsole.record.when import stamp
-from gpuconsole.replay_app import DamageBar, ReplayApp
-from gpuconsole.store import FleetStore
+from gpuconsole.replay_app import ReplayApp
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.sim import SimRack
+from gpuconsole.widgets.damage_bar import DamageBar
 
 SECONDS = 60
 DAMAGED_FROM = 20
@@ -194,14 +196,14 @@ async def test_the_replay_screen_says_the_recording_is_damaged(recorded: Path) -
             assert f"h100-02 {stamp(START + 1).removesuffix(' UTC')}" in shown
             assert "its keyframe" in shown and "is missing" in shown
             for host in ("h100-01", "h100-02"):
-                status = app.store.status(host)
+                status = app.fleet.store.status(host)
                 assert status.state is HostState.STALE and "damaged" in (status.reason or "")
-            assert app.store.status("h100-03").state is HostState.LIVE  # the rest replays
-            assert app.store.latest("h100-03").time == START + 25
+            assert app.fleet.store.status("h100-03").state is HostState.LIVE  # the rest replays
+            assert app.fleet.store.latest("h100-03").time == START + 25
             app.move_to(START + 40)  # out of the garbled stretch: h100-01 reads again
             await app.workers.wait_for_complete()
             await pilot.pause()
-            assert app.store.status("h100-01").state is HostState.LIVE
+            assert app.fleet.store.status("h100-01").state is HostState.LIVE
     finally:
         recording.close()
 
@@ -663,16 +665,16 @@ def test_the_console_is_told_once_that_the_recording_falls_behind(
     stalled_recorder: tuple[Recorder, threading.Event],
 ) -> None:
     recorder, _ = stalled_recorder
-    timeline = Timeline(recorder)
-    store = FleetStore(["n1"])
-    told = [timeline.note(store, [], {"n1"}, []) for _ in range(MAX_QUEUED_TICKS + 3)]
+    fleet = FleetSession(["n1"], (), recorder=recorder)
+    rounds = [[Reading("n1", full_snapshot(START + i))] for i in range(MAX_QUEUED_TICKS + 3)]
+    told = [fleet.take(readings).problem for readings in rounds]
     assert told[:MAX_QUEUED_TICKS] == [None] * MAX_QUEUED_TICKS
     assert (
         told[MAX_QUEUED_TICKS]
         == f"{recorder.path}: the recording falls behind: some rounds not recorded"
     )
     assert told[MAX_QUEUED_TICKS + 1 :] == [None, None]
-    assert timeline._unrecorded == {"n1"}  # stated again with the next round taken
+    assert fleet._unrecorded == {"n1"}  # stated again with the next round taken
 
 
 # --- 5. private by default ---------------------------------------------------------------------

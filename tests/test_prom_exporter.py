@@ -22,8 +22,8 @@ from promserver import free_port, promtool, promtool_available
 
 from gpuconsole.cli import build_parser
 from gpuconsole.clock import ManualClock
+from gpuconsole.commands import exporter as exporter_command
 from gpuconsole.model import HostState
-from gpuconsole.prom import commands as prom_commands
 from gpuconsole.prom import dcgm
 from gpuconsole.prom import exporter as exporter_module
 from gpuconsole.prom.exporter import Exporter
@@ -315,7 +315,7 @@ def test_the_backlog_has_room_for_the_burst() -> None:
 def test_the_exporter_listens_on_loopback_unless_told_otherwise() -> None:
     args = build_parser().parse_args(["exporter"])
     assert args.address == "127.0.0.1"
-    assert prom_commands.DEFAULT_ADDRESS == "127.0.0.1"
+    assert exporter_command.DEFAULT_ADDRESS == "127.0.0.1"
 
 
 def serve_until_listening(*options: str) -> tuple[subprocess.Popen[str], str]:

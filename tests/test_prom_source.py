@@ -248,9 +248,9 @@ async def test_console_on_the_prometheus_source(fleet: Fleet) -> None:
         assert hosts == set(source.hosts)
         # The host that the exporter knows to be down shows so, at once.
         app.apply_readings(collect(app.source))
-        assert app.store.status("a100-04").state is HostState.DOWN
-        assert app.store.status("a100-01").state is HostState.LIVE
-        firing = {a.key for a in app.alerts.active() if a.state == "firing"}
+        assert app.fleet.store.status("a100-04").state is HostState.DOWN
+        assert app.fleet.store.status("a100-01").state is HostState.LIVE
+        firing = {a.key for a in app.fleet.alerts.active() if a.state == "firing"}
         assert ("gpu-xid", "h100-01", 3) in firing
         await pilot.press("a")
         assert app.screen.where().startswith("alerts")

@@ -284,14 +284,18 @@ async def test_the_console_records_what_it_shows(make_app, clock, tmp_path: Path
         recorder.close()
     recording = Recording(path)
     try:
-        assert recording.hosts == app.store.hosts
+        assert recording.hosts == app.fleet.store.hosts
         assert recording.end == clock()
-        for host in app.store.hosts:
-            assert recording.snapshot_at(host, clock()) == app.store.latest(host)
-        shown = {(f.host, f.gpu, f.code) for h in app.store.hosts for f in app.store.findings(h)}
+        for host in app.fleet.store.hosts:
+            assert recording.snapshot_at(host, clock()) == app.fleet.store.latest(host)
+        shown = {
+            (f.host, f.gpu, f.code)
+            for h in app.fleet.store.hosts
+            for f in app.fleet.store.findings(h)
+        }
         recorded = {(e.host, e.gpu, e.code) for e in recording.open_episodes(clock())}
         assert shown <= recorded
-        firing = {(a.rule, a.host, a.gpu) for a in app.alerts.active() if a.state == "firing"}
+        firing = {(a.rule, a.host, a.gpu) for a in app.fleet.alerts.active() if a.state == "firing"}
         alerts = {(e.code, e.host, e.gpu) for e in recording.open_episodes(clock())}
         assert firing and firing <= alerts
     finally:
@@ -306,9 +310,10 @@ async def test_the_console_records_what_it_shows(make_app, clock, tmp_path: Path
         "gpuconsole.record.replay",
         "gpuconsole.record.retention",
         "gpuconsole.record.daemon",
-        "gpuconsole.record.commands",
+        "gpuconsole.commands.record",
+        "gpuconsole.commands.replay",
         "gpuconsole.actions.bundle.make",
-        "gpuconsole.actions.bundle.command",
+        "gpuconsole.commands.bundle",
         "gpuconsole.triage_view",
     ],
 )
@@ -335,7 +340,7 @@ def _console_args(**options: object) -> object:
 def test_the_console_records_by_default_but_not_the_demo_unless_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpuconsole.record.commands import console_recorder
+    from gpuconsole.commands.console import console_recorder
 
     assert console_recorder(_console_args(no_record=True), "rack") is None
     assert console_recorder(_console_args(demo=True), "demo rack") is None

@@ -17,7 +17,8 @@ from gpuconsole.model import HostState
 from gpuconsole.record.reader import Recording
 from gpuconsole.record.replay import ReplaySource
 from gpuconsole.record.when import clock
-from gpuconsole.replay_app import GoToScreen, ReplayApp
+from gpuconsole.replay_app import ReplayApp
+from gpuconsole.screens.goto import GoToScreen
 from gpuconsole.screens.host import HostScreen
 from gpuconsole.screens.triage import TriageScreen
 from gpuconsole.telemetry import SourceError
@@ -96,15 +97,15 @@ async def test_jumping_from_finding_to_finding_reaches_the_fault_at_its_time(
         async with app.run_test(size=(140, 40)) as pilot:
             await settle(app, pilot)
             assert app.replay.cursor == START + 5
-            assert not app.store.latest("l40s-01").gpus[1].lost
+            assert not app.fleet.store.latest("l40s-01").gpus[1].lost
             while app.replay.cursor < fault_time:
                 before = app.replay.cursor
                 await pilot.press("n")
                 await settle(app, pilot)
                 assert app.replay.cursor > before, "n did not move the cursor"
             assert app.replay.cursor == fault_time  # no jump went past it
-            assert app.store.latest("l40s-01").gpus[1].lost
-            codes = {f.code for f in app.store.gpu_findings("l40s-01", 1)}
+            assert app.fleet.store.latest("l40s-01").gpus[1].lost
+            codes = {f.code for f in app.fleet.store.gpu_findings("l40s-01", 1)}
             assert {"gpu-lost", "xid"} <= codes
             bar = app.screen.query_one(CursorBar)
             assert clock(fault_time) in str(bar.render())
@@ -119,10 +120,10 @@ async def test_jumping_from_finding_to_finding_reaches_the_fault_at_its_time(
             await pilot.press("comma")  # a second back: before the fault
             await settle(app, pilot)
             assert app.replay.cursor == fault_time - 1
-            assert not app.store.latest("l40s-01").gpus[1].lost
+            assert not app.fleet.store.latest("l40s-01").gpus[1].lost
             await pilot.press("full_stop")  # and forward again, read on
             await settle(app, pilot)
-            assert app.store.latest("l40s-01").gpus[1].lost
+            assert app.fleet.store.latest("l40s-01").gpus[1].lost
     finally:
         recording.close()
 

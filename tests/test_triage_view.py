@@ -87,8 +87,8 @@ async def test_the_view_lists_the_demo_fleet_and_opens_a_host_at_its_gpu(make_ap
         items = screen.items
         ranks = [-int(i.severity) for i in items]
         assert ranks == sorted(ranks)
-        findings = sum(len(app.store.findings(h)) for h in app.store.hosts)
-        firing = [a for a in app.alerts.active() if a.state == FIRING]
+        findings = sum(len(app.fleet.store.findings(h)) for h in app.fleet.store.hosts)
+        firing = [a for a in app.fleet.alerts.active() if a.state == FIRING]
         assert len(items) == findings + len(firing)
         assert firing and {("alert", a.rule) for a in firing} <= {(i.kind, i.code) for i in items}
         assert all(i.next_step for i in items)

@@ -7,8 +7,10 @@ totals (ECC, remapped rows) as counters without the ``_total`` suffix the exposi
 expects; here they are gauges, which queries read the same way. And a reading the GPU does not
 report is left out rather than written as 0.
 
-Polling runs in its own thread into a fleet store; a scrape only formats what the store holds.
-Scrapes are served a thread each, by prometheus_client's WSGI app.
+Polling runs in its own thread into a fleet session without alert rules: Prometheus evaluates
+the console's rules itself (``gpuconsole rules export`` writes them) over the series served
+here. A scrape only formats what the session's store holds. Scrapes are served a thread each,
+by prometheus_client's WSGI app.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpuconsole.fleet import FleetSession
 from gpuconsole.model import GpuState, HostState
-from gpuconsole.poller import collect, ingest
+from gpuconsole.poller import collect
 from gpuconsole.prom import dcgm
 from gpuconsole.store import FleetStore
 from gpuconsole.telemetry import Source
@@ -124,22 +127,27 @@ class FleetCollector(Collector):
 
 
 class Exporter:
-    """A source polled into a store, served over HTTP for Prometheus to scrape."""
+    """A source polled into a fleet session, served over HTTP for Prometheus to scrape."""
 
     def __init__(self, source: Source, refresh: float = 1.0) -> None:
         self.source = source
         self.refresh = refresh
-        self.store = FleetStore(source.hosts)
+        self.fleet = FleetSession(source.hosts, ())
         self._lock = threading.Lock()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(FleetCollector(self.store, self._lock))
         self._server: _MetricsServer | None = None
 
+    @property
+    def store(self) -> FleetStore:
+        """The readings, host states and findings served."""
+        return self.fleet.store
+
     def poll_once(self) -> None:
-        """Read every host once (blocking) and record the readings."""
+        """Read every host once (blocking) and take the readings."""
         readings = collect(self.source)
         with self._lock:
-            ingest(self.store, readings)
+            self.fleet.take(readings)
 
     def listen(self, address: str, port: int) -> tuple[str, int]:
         """Start serving ``/metrics`` in a background thread; the address and port bound.

@@ -1,8 +1,8 @@
 """Recording without the UI (`gpuconsole record`): the console's polling loop, headless.
 
-Each round reads every host, feeds the store and the alert engine as the console does, and
-hands the round to the recorder. Rounds are chained (the next starts one interval after the last
-one started, never overlapping), until ``stop`` is set or ``duration`` has passed.
+Each round reads every host into a fleet session, as the console does: the store, the alert
+engine, the onsets, and the recorder. Rounds are chained (the next starts one interval after the
+last one started, never overlapping), until ``stop`` is set or ``duration`` has passed.
 
 ``stop`` ends the loop at the next host read, not at the end of a round or of reading the hosts'
 recent past (a large simulated rack takes minutes for either): a signal's handler sets it and
@@ -17,11 +17,10 @@ from collections.abc import Callable, Sequence
 
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.rules import AlertRule
+from gpuconsole.fleet import FleetSession
 from gpuconsole.model import HostSnapshot
 from gpuconsole.poller import collect
 from gpuconsole.record.recorder import Recorder
-from gpuconsole.record.timeline import Timeline
-from gpuconsole.rounds import primed, take_round
 from gpuconsole.telemetry import Source
 
 HISTORY_SECONDS = 120
@@ -41,21 +40,19 @@ def record_fleet(
     stop = stop or threading.Event()
     watched = _Stoppable(source, stop)
     try:
-        store, alerts = primed(watched, HISTORY_SECONDS, rules)
-        timeline = Timeline(recorder)
+        fleet = FleetSession(
+            watched.hosts, rules, history_seconds=HISTORY_SECONDS, recorder=recorder
+        )
+        fleet.prime(watched, HISTORY_SECONDS)
         began = time.monotonic()
         rounds = 0
         while not stop.is_set():
             started = time.monotonic()
-            readings = collect(watched)
-            changed = take_round(store, alerts, readings)
+            taken = fleet.take(collect(watched), stop)
             if stop.is_set():
                 break
-            if rounds == 0:
-                changed |= set(store.hosts)  # the first round states every host's findings
-            problem = timeline.note(store, readings, changed, alerts.active(), stop)
-            if problem is not None:
-                return problem
+            if taken.problem is not None:
+                return taken.problem
             rounds += 1
             if on_round is not None:
                 on_round(rounds)

@@ -187,6 +187,19 @@ class OnsetTracker:
         changes, self._by_host[host] = self._apply(now, self._by_host.get(host, set()), t)
         return changes
 
+    def resume(self, episodes: Iterable[Episode]) -> Changes:
+        """Open findings' episodes that began before this tracker's first update (in the history
+        a fleet session was primed with), each with its own ``since``; open ones stay as they are.
+        """
+        opened = []
+        for episode in episodes:
+            if episode.kind != FINDING or episode.ident in self._open:
+                continue
+            self._open[episode.ident] = episode
+            self._by_host.setdefault(episode.host, set()).add(episode.ident)
+            opened.append(episode)
+        return Changes(tuple(opened))
+
     def update_alerts(self, t: float, alerts: Iterable[Alert]) -> Changes:
         """The firing alerts as of ``t``; pending ones are not episodes yet."""
         now = {e.ident: e for e in (Episode.of_alert(a) for a in alerts if a.state == "firing")}

@@ -67,6 +67,9 @@ class Tick:
     findings: Mapping[str, tuple[Finding, ...]] = field(default_factory=dict)
     alerts: tuple[Alert, ...] = ()
     """Only firing ones are recorded."""
+    began: tuple[Episode, ...] = ()
+    """Findings' episodes open before this tick, since before the recorder saw them (the history
+    a fleet session was primed with): recorded with their own ``since``."""
 
     def findings_by_host(
         self,
@@ -189,6 +192,7 @@ class RecordingWriter:
                     "INSERT OR REPLACE INTO states (host, t, state, reason) VALUES (?, ?, ?, ?)",
                     (self._host_id(host), to_ms(tick.time), status.state.value, status.reason),
                 )
+        self._record(self._tracker.resume(tick.began))
         for host, seen, findings, xids in tick.findings_by_host():
             self._record(self._tracker.update_host(host, seen, findings, xids))
         self._record(self._tracker.update_alerts(tick.time, tick.alerts))

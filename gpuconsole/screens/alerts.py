@@ -125,7 +125,7 @@ class AlertsScreen(ConsoleScreen):
 
     @property
     def engine(self) -> AlertEngine:
-        return self.console.alerts
+        return self.console.fleet.alerts
 
     def compose(self) -> ComposeResult:
         yield self.title_bar()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from textual.screen import Screen
 from textual.theme import Theme
 
+from gpuconsole.messages import FleetUpdated
 from gpuconsole.store import FleetStore
 from gpuconsole.widgets.cells import Palette
 from gpuconsole.widgets.steady import Steady
@@ -31,7 +32,7 @@ class ConsoleScreen(Screen[None]):
 
     @property
     def store(self) -> FleetStore:
-        return self.console.store
+        return self.console.fleet.store
 
     @property
     def palette(self) -> Palette:
@@ -49,6 +50,9 @@ class ConsoleScreen(Screen[None]):
 
     def _on_theme_changed(self, _theme: Theme) -> None:
         self.refresh_view(None)
+
+    def on_fleet_updated(self, message: FleetUpdated) -> None:
+        self.refresh_view(message.changed)
 
     def refresh_view(self, changed: set[str] | None) -> None:
         """Show the store's state; ``changed`` names the hosts that changed (None: all)."""

@@ -23,7 +23,7 @@ class ConsoleCommands(Provider):
         commands: list[tuple[str, Callable[[], object], str]] = [
             ("Fleet", self._to_fleet, "every host, worst first"),
         ]
-        for host in app.store.hosts:
+        for host in app.fleet.store.hosts:
             commands.append((f"Host {host}", partial(self._open, HostScreen, host), "its GPUs"))
             commands.append(
                 (f"Topology of {host}", partial(self._open, TopologyScreen, host), "GPU links")

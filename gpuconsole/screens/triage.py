@@ -5,7 +5,7 @@ below the list, the highlighted line in full with what to do next. Enter opens i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Footer, Static
 from gpuconsole.record.episodes import ALERT
 from gpuconsole.record.when import clock
 from gpuconsole.screens.base import ConsoleScreen
-from gpuconsole.triage_view import TriageItem, triage_items
+from gpuconsole.triage_view import Since, TriageItem, triage_items
 from gpuconsole.widgets import cells
 from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
 
@@ -29,14 +29,9 @@ _FIXED = (
 _MIN_TEXT = 16
 
 
-class Onsets(Protocol):
-    """When each finding or alert (by identity) began; None when not known."""
-
-    def since(self, ident: str) -> float | None: ...
-
-
 class TriageScreen(ConsoleScreen):
-    """The fleet's problems as one list; the console's onsets say how new each one is."""
+    """The fleet's problems as one list; ``since`` says how new each one is: when the finding
+    or alert of an identity began, None when not known."""
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="triage.back"),
@@ -55,10 +50,10 @@ class TriageScreen(ConsoleScreen):
     """
 
     def __init__(
-        self, onsets: Onsets, alerts: Callable[[], Sequence[Any]], rules: Sequence[Any] = ()
+        self, since: Since, alerts: Callable[[], Sequence[Any]], rules: Sequence[Any] = ()
     ) -> None:
         super().__init__()
-        self._onsets = onsets
+        self._since = since
         self._alerts = alerts
         self._rules = tuple(rules)
         self.items: list[TriageItem] = []
@@ -86,7 +81,7 @@ class TriageScreen(ConsoleScreen):
 
     def refresh_view(self, changed: set[str] | None) -> None:
         super().refresh_view(changed)
-        self.items = triage_items(self.store, self._alerts(), self._onsets.since, self._rules)
+        self.items = triage_items(self.store, self._alerts(), self._since, self._rules)
         width = self.size.width or 120
         rest = max(2 * _MIN_TEXT, width - sum((c.width or 0) + 2 for c in _FIXED) - 6)
         what = max(_MIN_TEXT, rest * 2 // 5)
