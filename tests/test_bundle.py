@@ -355,7 +355,7 @@ async def test_b_on_the_host_screen_writes_a_bundle_of_what_the_console_holds(
         await pilot.press("B")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        history = list(app.store.history(host))
+        history = list(app.fleet.store.history(host))
         notices = [n.message for n in app._notifications]
     (path,) = (tmp_path / "bundles").glob("*.tar.gz")
     assert any(m.startswith(f"bundle written: {path}") for m in notices)

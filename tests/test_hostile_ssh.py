@@ -216,8 +216,10 @@ async def test_the_fleet_screen_shows_a_host_down_with_the_config_reason(
     app = GpuConsoleApp(source, label="test rack", refresh=0.2)
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: app.store.status("gpu-test").state is HostState.DOWN, LINK_S)
-            assert app.store.status("gpu-test").reason == (
+            await until(
+                pilot, lambda: app.fleet.store.status("gpu-test").state is HostState.DOWN, LINK_S
+            )
+            assert app.fleet.store.status("gpu-test").reason == (
                 f"gpu-test: ssh config {config} line 3: not UTF-8 text"
             )
     finally:

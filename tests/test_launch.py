@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from standin import write_standin_smi
 
+from gpuconsole import paths
 from gpuconsole.actions.launch.commands import (
+    RECIPE_DIR,
     LaunchError,
     LaunchSpec,
     choose_gpus,
@@ -23,6 +25,8 @@ from gpuconsole.actions.launch.commands import (
     slurm_command,
 )
 from gpuconsole.actions.launch.run import parse_event, start_failure
+from gpuconsole.actions.launch.session import launch
+from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.model import Topology
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 
@@ -180,3 +184,47 @@ def test_a_launch_over_ssh_runs_with_the_inventorys_python(ssh_home) -> None:
     report = json.loads(done.stdout)
     assert report["ok"] and report["host"] == "gpu-a" and report["engine"] == "python"
     assert sys.executable in report["commands"]["gpu-a"]
+
+
+# --- the audit log --------------------------------------------------------------------------------
+
+TINY_RUN = LaunchSpec(
+    "resnet50", "baseline", 2, ("--tiny", "--device", "cpu", "--warmup-steps", "1")
+)
+
+
+@pytest.fixture
+def audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    log = tmp_path / "audit.jsonl"
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(log))
+    return log
+
+
+def assert_logged(log: Path, host: str, run_command: str) -> None:
+    """The launch's two entries: the recipe's files written, then the run."""
+    install, run = [json.loads(line) for line in log.read_text().splitlines()]
+    assert install["action"] == run["action"] == "launch"
+    assert (install["host"], install["step"], install["recipe"]) == (host, "install", "resnet50")
+    assert install["command"] == f"write resnet50.py, _recipe_harness.py to {RECIPE_DIR}"
+    assert install["exit_code"] == 0 and install["user"]
+    assert (run["host"], run["step"], run["recipe"]) == (host, "run", "resnet50")
+    assert (run["command"], run["exit_code"]) == (run_command, 0)
+
+
+@pytest.mark.usefixtures("cpu_torch_host")
+async def test_a_launch_here_logs_the_recipe_it_wrote_and_the_run(audit_log: Path) -> None:
+    plan, _gpus, result = await launch([Target("here", None, Context("here"))], TINY_RUN)
+    assert result.ok, result.error
+    assert_logged(audit_log, "here", plan.commands["here"])
+
+
+async def test_a_launch_over_ssh_logs_what_it_did_on_the_host(sshd, audit_log: Path) -> None:
+    pytest.importorskip("torch")
+    from test_ssh_fleet import entry, settings
+
+    host = entry(sshd, "gpu-a", python=sys.executable)
+    plan, _gpus, result = await launch(
+        [Target("gpu-a", host, Context("gpu-a"))], TINY_RUN, gpus=1, settings=settings(sshd)
+    )
+    assert result.ok, result.error
+    assert_logged(audit_log, "gpu-a", plan.commands["gpu-a"])

@@ -19,6 +19,8 @@ from test_launch import CPU_RUN, gpuconsole
 from gpuconsole.actions.launch.commands import RDZV_PORT, LaunchError, LaunchSpec, node_command
 from gpuconsole.actions.launch.nodes import parse_probe, probe_command
 from gpuconsole.actions.launch.run import run_on_nodes
+from gpuconsole.actions.launch.session import ACTION
+from gpuconsole.actions.session import HostShell
 from gpuconsole.actions.verify.shell import LocalShell
 
 SPEC = LaunchSpec("resnet50", "tuned", steps=3)
@@ -99,7 +101,7 @@ async def test_rank_0_may_be_on_any_node_and_its_summary_is_the_runs(home: Path)
         "gpu-a": "echo torchrun agent log line",
         "gpu-b": events({"event": "step", "step": 1}, SUMMARY),
     }
-    shells = {"gpu-a": LocalShell(), "gpu-b": LocalShell()}
+    shells = {host: HostShell(host, ACTION, LocalShell()) for host in ("gpu-a", "gpu-b")}
     result = await run_on_nodes(shells, SPEC, commands, lambda e: seen.append(e["event"]))
     assert result.ok and result.host == "gpu-a"
     assert result.summary == SUMMARY and len(result.steps) == 1
@@ -113,7 +115,7 @@ async def test_a_failed_node_stops_the_others_and_is_named(home: Path, tmp_path:
         "gpu-a": f"sleep 60; touch {marker}",  # waiting for gpu-b in the rendezvous
         "gpu-b": "echo 'RendezvousConnectionError: the store is not reachable'; exit 1",
     }
-    shells = {"gpu-a": LocalShell(), "gpu-b": LocalShell()}
+    shells = {host: HostShell(host, ACTION, LocalShell()) for host in ("gpu-a", "gpu-b")}
     started = time.monotonic()
     result = await run_on_nodes(shells, SPEC, commands)
     assert time.monotonic() - started < 30

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from standin import write_standin_smi
+
+from gpuconsole import paths
 
 pytest.importorskip("torch")
 
@@ -79,6 +82,30 @@ def test_a_target_nothing_meets_says_so(cpu_host) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "nothing tried fits the target" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_apply_launches_the_recommendation_and_the_audit_log_has_both(
+    cpu_host, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_standin_smi(bin_dir, gpus=1)  # the launch asks nvidia-smi for the host's GPUs
+    log = tmp_path / "audit.jsonl"
+    env = {**cpu_host, "PATH": f"{bin_dir}:{cpu_host['PATH']}", paths.AUDIT_LOG.variable: str(log)}
+    done = gpuconsole("memory", "bert", "--fixes", "bf16+checkpoint", "--target", "0.03",
+                      "--steps", "2", "--apply", *TINY, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    trials, launched = entries[:-2], entries[-2:]
+    assert trials and [(e["action"], e["step"]) for e in trials] == [
+        ("memory-trial", "install"),
+        ("memory-trial", "run"),
+    ] * (len(trials) // 2)
+    assert [(e["action"], e["step"], e["exit_code"]) for e in launched] == [
+        ("launch", "install", 0),
+        ("launch", "run", 0),
+    ]
+    assert "--checkpoint-every 1" in launched[1]["command"]
 
 
 def test_bad_memory_arguments_are_one_line(cpu_host) -> None:

@@ -3,9 +3,13 @@ recommendation is shown, and `a` launches the recipe with it."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from pilot_wait import until
 
+from gpuconsole import paths
 from gpuconsole.actions.memory.session import DoctorRequest, Schedule
 from gpuconsole.actions.memory.trials import parse_fixes
 from gpuconsole.hosts.targets import Context, Target
@@ -20,7 +24,11 @@ pytestmark = pytest.mark.usefixtures("cpu_torch_host")
 RUN_S = 240.0  # a recipe run on a loaded 2-core CI machine
 
 
-async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(make_app) -> None:
+async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(
+    make_app, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "audit.jsonl"
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(log))
     request = DoctorRequest(
         "bert",
         target_gib=0.03,
@@ -53,6 +61,14 @@ async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(make_a
         assert extra[-len(TINY) :] == list(TINY)
         await until(pilot, lambda: run.outcome != "", timeout=RUN_S)
         assert run.result is not None and run.result.ok, run.outcome
+    # each trial wrote the recipe and ran it; then the launch did
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    trial = [("memory-trial", "install"), ("memory-trial", "run")]
+    launched = [("launch", "install"), ("launch", "run")]
+    assert [(e["action"], e["step"]) for e in entries] == trial * len(report.trials) + launched
+    assert all(e["host"] == "here" for e in entries)
+    assert [e["exit_code"] for e in entries[-2:]] == [0, 0]
+    assert entries[-1]["command"] == run.result.command
 
 
 async def test_a_simulated_host_has_no_memory_trials(make_app) -> None:

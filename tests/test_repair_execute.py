@@ -18,7 +18,9 @@ from sshd import Sshd, sshd_available
 from gpuconsole import paths
 from gpuconsole.actions.repair.execute import command_line, execute
 from gpuconsole.actions.repair.model import Plan, Step
-from gpuconsole.actions.verify.shell import LocalShell, SshShell
+from gpuconsole.actions.repair.session import ACTION
+from gpuconsole.actions.session import HostShell
+from gpuconsole.actions.verify.shell import LocalShell, Shell, SshShell
 
 TOOLS = ("apt-get", "dkms", "modprobe", "update-initramfs", "systemctl", "mokutil")
 
@@ -82,6 +84,11 @@ def audit_entries() -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def on(host: str, shell: Shell | None = None) -> HostShell:
+    """``host``'s shell for a repair: this machine's unless ``shell`` is given."""
+    return HostShell(host, ACTION, shell or LocalShell())
+
+
 async def yes(_plan: Plan, _commands: Sequence[str]) -> bool:
     return True
 
@@ -92,7 +99,7 @@ async def no(_plan: Plan, _commands: Sequence[str]) -> bool:
 
 async def test_a_dry_run_shows_every_command_and_runs_none(tools) -> None:
     _, log = tools
-    run = await execute(LocalShell(), "here", PLAN, confirm=yes, dry_run=True)
+    run = await execute(on("here"), PLAN, confirm=yes, dry_run=True)
     assert run.dry_run and not run.completed
     assert run.commands == tuple(step.command for step in PLAN.steps)
     assert calls(log) == []
@@ -107,7 +114,7 @@ async def test_a_refused_confirmation_runs_nothing(tools) -> None:
         shown.append(commands)
         return False
 
-    run = await execute(LocalShell(), "here", PLAN, confirm=refuse)
+    run = await execute(on("here"), PLAN, confirm=refuse)
     assert not run.confirmed and run.runs == ()
     assert shown == [run.commands]
     assert calls(log) == []
@@ -116,7 +123,7 @@ async def test_a_refused_confirmation_runs_nothing(tools) -> None:
 async def test_a_confirmed_plan_runs_its_steps_in_order_streams_and_audits(tools) -> None:
     _, log = tools
     lines: list[str] = []
-    run = await execute(LocalShell(), "here", PLAN, confirm=yes, on_line=lines.append)
+    run = await execute(on("here"), PLAN, confirm=yes, on_line=lines.append)
     assert run.completed, run.message
     assert calls(log) == [
         "apt-get install -y linux-headers-6.8.0-45-generic",
@@ -134,7 +141,7 @@ async def test_a_confirmed_plan_runs_its_steps_in_order_streams_and_audits(tools
 async def test_the_first_failed_step_stops_the_plan_and_says_where(tools) -> None:
     directory, log = tools
     (directory / "fail-dkms").touch()
-    run = await execute(LocalShell(), "here", PLAN, confirm=yes)
+    run = await execute(on("here"), PLAN, confirm=yes)
     assert not run.completed
     assert [r.exit_code for r in run.runs] == [0, 100]
     assert calls(log) == [
@@ -150,7 +157,7 @@ async def test_the_first_failed_step_stops_the_plan_and_says_where(tools) -> Non
 async def test_without_root_steps_go_through_sudo_n(tools) -> None:
     directory, log = tools
     act_as_user(directory, sudo_needs_password=False)
-    run = await execute(LocalShell(), "here", PLAN, confirm=yes)
+    run = await execute(on("here"), PLAN, confirm=yes)
     assert run.completed, run.message
     assert run.commands[2] == "sudo -n sh -c 'modprobe nvidia'"
     assert calls(log)[2] == "modprobe nvidia"
@@ -159,7 +166,7 @@ async def test_without_root_steps_go_through_sudo_n(tools) -> None:
 async def test_sudo_wanting_a_password_stops_with_a_clear_reason(tools) -> None:
     directory, log = tools
     act_as_user(directory, sudo_needs_password=True)
-    run = await execute(LocalShell(), "gpu-07", PLAN, confirm=yes)
+    run = await execute(on("gpu-07"), PLAN, confirm=yes)
     assert not run.completed
     assert len(run.runs) == 1
     assert "sudo needs a password on gpu-07" in run.message
@@ -168,7 +175,7 @@ async def test_sudo_wanting_a_password_stops_with_a_clear_reason(tools) -> None:
 
 async def test_a_step_past_its_timeout_is_stopped(tools) -> None:
     slow = Plan("x", "slow", (Step("wait", "sleep 30", root=False, timeout=0.5),), outcome="")
-    run = await execute(LocalShell(), "here", slow, confirm=yes)
+    run = await execute(on("here"), slow, confirm=yes)
     assert run.runs[0].exit_code is None
     assert "no answer within 0.5 s" in run.message
 
@@ -196,10 +203,9 @@ async def test_a_plan_runs_over_ssh_on_the_host(tmp_path: Path) -> None:
             config=[],
         ) as connection:
             lines: list[str] = []
-            run = await execute(
-                SshShell(connection), "gpu-test", PLAN, confirm=yes, on_line=lines.append
-            )
-            refused = await execute(SshShell(connection), "gpu-test", PLAN, confirm=no)
+            shell = on("gpu-test", SshShell(connection))
+            run = await execute(shell, PLAN, confirm=yes, on_line=lines.append)
+            refused = await execute(shell, PLAN, confirm=no)
     finally:
         server.kill()
     assert run.completed, run.message

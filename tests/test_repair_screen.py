@@ -68,7 +68,7 @@ async def test_a_simulated_host_has_nothing_to_repair(make_app) -> None:
 
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        app.push_screen(HostScreen(app.store.hosts[0]))
+        app.push_screen(HostScreen(app.fleet.store.hosts[0]))
         await pilot.pause()
         await pilot.press("R")
         await pilot.pause()

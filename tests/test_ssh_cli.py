@@ -103,15 +103,15 @@ async def test_the_fleet_screen_shows_an_ssh_host_live_then_down(sshd: Sshd) -> 
         async with app.run_test(size=(120, 40)) as pilot:
             assert isinstance(app.screen, FleetScreen)
             await until(
-                pilot, lambda: app.store.status(name).state is HostState.LIVE, timeout=LINK_S
+                pilot, lambda: app.fleet.store.status(name).state is HostState.LIVE, timeout=LINK_S
             )
-            assert app.store.latest(name) is not None
+            assert app.fleet.store.latest(name) is not None
             sshd.kill()
             await until(
-                pilot, lambda: app.store.status(name).state is HostState.DOWN, timeout=LINK_S
+                pilot, lambda: app.fleet.store.status(name).state is HostState.DOWN, timeout=LINK_S
             )
             # The stream's end is seen first; a reconnect tried before the poll may replace it.
-            reason = app.store.status(name).reason or ""
+            reason = app.fleet.store.status(name).reason or ""
             assert "connection lost" in reason or "connection refused" in reason, reason
             await pilot.press("s")  # the UI still answers while the host is down
             await pilot.pause()

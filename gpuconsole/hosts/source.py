@@ -2,7 +2,8 @@
 
 The supervisor is asyncio; the console's polling and the headless commands call sources from
 threads. `SshSource` runs the supervisor on an event loop of its own, in a daemon thread, so
-that neither a slow host nor the UI can hold the other up.
+that neither a slow host nor the UI can hold the other up. An action on a watched host runs its
+commands on the watch's connection (`SshSource.lend`), not on a second one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import signal
 import threading
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuconsole.actions.processes import SignalResult, signal_process
@@ -21,11 +23,19 @@ from gpuconsole.model import GpuProcess, HostSnapshot
 from gpuconsole.telemetry import Source, SourceError
 
 if TYPE_CHECKING:  # asyncssh (and cryptography) load only where there are SSH hosts
-    from gpuconsole.hosts.supervisor import Supervisor
+    from gpuconsole.hosts.supervisor import Lent, Supervisor
 
 _STOP_TIMEOUT_S = 10.0
 _DRAIN_TIMEOUT_S = 2.0
+_LEND_TIMEOUT_S = 5.0
 _T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedTarget(Target):
+    """An SSH host that ``watch`` watches: an action's commands run on its connection."""
+
+    watch: SshSource = field(kw_only=True, compare=False, repr=False)
 
 
 class SshSource:
@@ -71,7 +81,22 @@ class SshSource:
 
     def verify_target(self, host: str) -> Target:
         entry = self.supervisor.link(host).entry
-        return Target(host, entry, Context(host, entry.expected_gpus))
+        return WatchedTarget(host, entry, Context(host, entry.expected_gpus), watch=self)
+
+    async def lend(self, host: str) -> Lent | None:
+        """From any event loop: the host's connection for an action (see `Supervisor.lend`);
+        None while it has none, or once this source is closed."""
+        if not self._loop.is_running():
+            return None
+        asked = asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self.supervisor.lend(host), self._loop)
+        )
+        # asyncio.wait, not wait_for: Python 3.11's wait_for can lose a cancellation
+        done, _ = await asyncio.wait({asked}, timeout=_LEND_TIMEOUT_S)
+        if not done:  # the loop stopped before it answered
+            asked.cancel()
+            return None
+        return asked.result()
 
     def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
         """Signal a process on the host through its agent, with the same pid-reuse guard as the

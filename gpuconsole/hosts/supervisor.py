@@ -47,6 +47,9 @@ from gpuconsole.untrusted import visible
 # States that no retry can mend: a person must act (then restart the console).
 NEEDS_A_PERSON = frozenset({HostState.AUTH_FAILED, HostState.HOST_KEY_MISMATCH})
 REPLY_TIMEOUT_S = 5.0
+LENT_CHANNELS = 4
+"""Commands that actions may run at once on a watched host's connection: with a kill channel
+for each and the agent's own, within OpenSSH's default MaxSessions of 10."""
 AGENT_START_TIMEOUT_S = 60.0
 _STDERR_TAIL = 4096
 
@@ -84,10 +87,22 @@ class HostLink:
     connection: asyncssh.SSHClientConnection | None = None
     process: asyncssh.SSHClientProcess[bytes] | None = None
     replies: dict[int, asyncio.Future[Reply]] = field(default_factory=dict)
+    channels: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LENT_CHANNELS))
+    """What actions may open on ``connection`` at once (see `Supervisor.lend`)."""
 
     @property
     def name(self) -> str:
         return self.entry.name
+
+
+@dataclass(frozen=True, slots=True)
+class Lent:
+    """A watched host's connection lent to an action, and the channels the action may open on
+    it at once. Both belong to ``loop``, the supervisor's: they are used there only."""
+
+    connection: asyncssh.SSHClientConnection
+    channels: asyncio.Semaphore
+    loop: asyncio.AbstractEventLoop
 
 
 class Supervisor:
@@ -216,6 +231,15 @@ class Supervisor:
             return Reply(request_id, False, f"{host}: the command could not be sent ({error})")
         finally:
             link.replies.pop(request_id, None)
+
+    async def lend(self, host: str) -> Lent | None:
+        """The host's connection for an action's commands, while it has one (the agent need
+        not be running on it); None while it has none."""
+        link = self._links[host]
+        connection = link.connection
+        if connection is None or connection.is_closed():
+            return None
+        return Lent(connection, link.channels, asyncio.get_running_loop())
 
     # --- one host -----------------------------------------------------------------------------
 

@@ -4,10 +4,8 @@ table as they finish, then the recommendation; `a` launches the recipe with it."
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
@@ -22,14 +20,14 @@ from gpuconsole.actions.memory.session import (
 )
 from gpuconsole.actions.memory.trials import Trial
 from gpuconsole.hosts.targets import Target
-from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.action import ActionScreen
 
 DEFAULT_JOB = DoctorRequest("bert", extra=("--padding", "fixed"))
 """What `m` tries: BERT-base at sequence 512, the recipe's batch of 32, against the card less
 the guide's 20 % reserve."""
 
 
-class MemoryScreen(ConsoleScreen):
+class MemoryScreen(ActionScreen):
     """Starts the trials on mount; `s` stops them; `a` applies the recommendation."""
 
     BINDINGS = [
@@ -50,8 +48,6 @@ class MemoryScreen(ConsoleScreen):
         self.request = request
         self.report = MemoryReport(target.name, request.recipe)
         self.finished: MemoryReport | None = None
-        self._run_loop: asyncio.AbstractEventLoop | None = None
-        self._run_task: asyncio.Task[MemoryReport] | None = None
 
     def where(self) -> str:
         return f"memory trials of {self.request.recipe} on {self.target.name}"
@@ -72,32 +68,27 @@ class MemoryScreen(ConsoleScreen):
         )
         self._trials()
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="memory")
     def _trials(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._run_loop = loop
-        self._run_task = loop.create_task(
-            run_doctor(
+        self.act(self._run_trials, self._outcome, group="memory")
+
+    async def _run_trials(self) -> MemoryReport | str:
+        """The trials' report, or why there is none."""
+        try:
+            return await run_doctor(
                 self.target,
                 self.request,
-                on_trial=lambda trial: self._from_thread(self._add_trial, trial),
+                on_trial=lambda trial: self.from_thread(self._add_trial, trial),
             )
-        )
-        try:
-            report = loop.run_until_complete(self._run_task)
         except asyncio.CancelledError:
-            self._from_thread(self._status, "stopped: the trials were stopped by you")
-            return
+            return "stopped: the trials were stopped by you"
         except MemoryDoctorError as error:
-            self._from_thread(self._status, f"could not run the trials: {error}")
-            return
-        finally:
-            loop.close()
-        self._from_thread(self._done, report)
+            return f"could not run the trials: {error}"
 
-    def _from_thread(self, callback, *args) -> None:  # type: ignore[no-untyped-def]
-        with contextlib.suppress(RuntimeError):  # the app is closing
-            self.app.call_from_thread(callback, *args)
+    def _outcome(self, outcome: MemoryReport | str) -> None:
+        if isinstance(outcome, str):
+            self._status(outcome)
+        else:
+            self._done(outcome)
 
     def _add_trial(self, trial: Trial) -> None:
         self.report.trials.append(trial)
@@ -120,10 +111,8 @@ class MemoryScreen(ConsoleScreen):
     def _status(self, text: str) -> None:
         self.query_one("#memory-status", Static).update(text)
 
-    def action_stop(self) -> None:
-        if self._run_loop is not None and self._run_task is not None and not self._run_task.done():
-            self._run_loop.call_soon_threadsafe(self._run_task.cancel)
-            self._status("stopping: the trial's processes on the host are being killed")
+    def stopping(self) -> None:
+        self._status("stopping: the trial's processes on the host are being killed")
 
     def action_apply(self) -> None:
         from gpuconsole.screens.run import RunScreen

@@ -3,11 +3,9 @@ exactly as they will run, and, after a yes for each plan, their output as it str
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Sequence
+from functools import partial
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -17,13 +15,12 @@ from gpuconsole.actions.repair.model import Plan
 from gpuconsole.actions.repair.output import report_text
 from gpuconsole.actions.repair.session import RepairReport, repair_target
 from gpuconsole.hosts.targets import Target
-from gpuconsole.screens.base import ConsoleScreen
-from gpuconsole.screens.confirm import ConfirmScreen
+from gpuconsole.screens.action import ActionScreen
 
 OUTPUT_LINES = 2000
 
 
-class RepairScreen(ConsoleScreen):
+class RepairScreen(ActionScreen):
     """Diagnoses on open (a dry run: nothing changes); `x` runs the plans, each confirmed."""
 
     BINDINGS = [
@@ -37,12 +34,12 @@ class RepairScreen(ConsoleScreen):
         ),
         Binding("r", "diagnose", "Diagnose again", id="repair.diagnose"),
     ]
+    OUTPUT = "repair-output"
 
     def __init__(self, target: Target) -> None:
         super().__init__()
         self.target = target
         self.report: RepairReport | None = None
-        self._busy = False
 
     def where(self) -> str:
         return f"repair {self.target.name}"
@@ -60,54 +57,34 @@ class RepairScreen(ConsoleScreen):
         self.action_diagnose()
 
     def action_diagnose(self) -> None:
-        if self._busy:
+        if self.acting:
             return
         self._status(f"diagnosing {self.target.name}: reading the driver's state (nothing changes)")
         self._run_repair(dry_run=True)
 
     def action_run_plans(self) -> None:
-        if self._busy or self.report is None or not self.report.plans:
+        if self.acting or self.report is None or not self.report.plans:
             self.notify("nothing to run", severity="warning")
             return
         self._status(f"running the plans on {self.target.name}, each after a yes")
         self._run_repair(dry_run=False)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="repair")
     def _run_repair(self, dry_run: bool) -> None:
-        """On a thread with its own loop: the host's commands never stall the UI."""
-        self._busy = True
-        try:
-            report = asyncio.run(
-                repair_target(
-                    self.target, confirm=self._confirm, dry_run=dry_run, on_line=self._line
-                )
-            )
-        finally:
-            self._busy = False
-        self.app.call_from_thread(self._show, report, dry_run)
+        repair = partial(
+            repair_target,
+            self.target,
+            confirm=self._confirm,
+            dry_run=dry_run,
+            on_line=self.output_from_thread,
+        )
+        self.act(repair, lambda report: self._show(report, dry_run), group="repair")
 
     async def _confirm(self, plan: Plan, commands: Sequence[str]) -> bool:
-        """Ask on the UI thread; the worker's loop waits for the answer."""
-        answered = threading.Event()
-        answer: list[bool] = []
-
-        def ask() -> None:
-            def done(yes: bool | None) -> None:
-                answer.append(bool(yes))
-                answered.set()
-
-            question = f"Run {len(commands)} command(s) on {self.target.name}: {plan.title}?"
-            detail = "\n".join(f"$ {c}" for c in commands)
-            if plan.reboot:
-                detail += "\n(then reboot the host yourself)"
-            self.app.push_screen(ConfirmScreen(question, detail), done)
-
-        self.app.call_from_thread(ask)
-        await asyncio.to_thread(answered.wait)
-        return answer[0]
-
-    def _line(self, line: str) -> None:
-        self.app.call_from_thread(self.query_one("#repair-output", RichLog).write, line)
+        question = f"Run {len(commands)} command(s) on {self.target.name}: {plan.title}?"
+        detail = "\n".join(f"$ {c}" for c in commands)
+        if plan.reboot:
+            detail += "\n(then reboot the host yourself)"
+        return await self.confirm(question, detail)
 
     def _show(self, report: RepairReport, dry_run: bool) -> None:
         if report.error is None or self.report is None:
@@ -121,7 +98,7 @@ class RepairScreen(ConsoleScreen):
             self._status(f"{len(report.plans)} plan(s): x runs them, each after a yes")
         else:
             for run in report.runs:
-                self.query_one("#repair-output", RichLog).write(f"{run.plan.title}: {run.message}")
+                self.output(f"{run.plan.title}: {run.message}")
             after = report.after
             self._status("done" if after is None else f"done; verified again: {after.status.value}")
 

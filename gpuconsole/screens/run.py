@@ -4,10 +4,8 @@ the GPUs' load), then its result against references and the host's history."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, RichLog, Static
@@ -16,10 +14,10 @@ from gpuconsole.actions.launch.commands import LaunchError, LaunchSpec
 from gpuconsole.actions.launch.output import result_text
 from gpuconsole.actions.launch.record import record_run
 from gpuconsole.actions.launch.run import Event, RunResult
-from gpuconsole.actions.launch.session import HostGpus, Launch, launch
+from gpuconsole.actions.launch.session import Launch, launch
 from gpuconsole.bench.history import BenchHistory, HistoryError
 from gpuconsole.hosts.targets import Target
-from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.action import ActionScreen
 from gpuconsole.widgets.trend import sparkline
 
 DEFAULT_BENCHMARK = LaunchSpec("resnet50", "tuned", steps=100)
@@ -28,13 +26,14 @@ LOG_LINES = 1000
 _TREND_WIDTH = 60
 
 
-class RunScreen(ConsoleScreen):
+class RunScreen(ActionScreen):
     """Launches on mount; `s` stops the run (its processes on the host are killed)."""
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="run.back"),
         Binding("s", "stop", "Stop", id="run.stop", tooltip="stop the run on the host"),
     ]
+    OUTPUT = "run-log"
 
     def __init__(self, target: Target, spec: LaunchSpec = DEFAULT_BENCHMARK) -> None:
         super().__init__()
@@ -43,8 +42,6 @@ class RunScreen(ConsoleScreen):
         self.steps: list[Event] = []
         self.result: RunResult | None = None
         self.outcome = ""
-        self._run_loop: asyncio.AbstractEventLoop | None = None
-        self._run_task: asyncio.Task[tuple[Launch, HostGpus, RunResult]] | None = None
 
     def where(self) -> str:
         return f"run {self.spec.recipe} on {self.target.name}"
@@ -63,61 +60,45 @@ class RunScreen(ConsoleScreen):
         self._status(f"starting {self.spec.recipe} ({self.spec.preset}) on {self.target.name}")
         self._run()
 
-    def action_stop(self) -> None:
-        if self._run_loop is not None and self._run_task is not None and not self._run_task.done():
-            self._run_loop.call_soon_threadsafe(self._run_task.cancel)
-            self._status("stopping: the run's processes on the host are being killed")
+    def stopping(self) -> None:
+        self._status("stopping: the run's processes on the host are being killed")
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="run")
     def _run(self) -> None:
-        """On a thread with its own loop, so that `s` can cancel the run from the UI."""
-        loop = asyncio.new_event_loop()
-        self._run_loop = loop
-        self._run_task = loop.create_task(
-            launch(
+        self.act(self._launch, lambda finished: self._finished(*finished), group="run")
+
+    async def _launch(self) -> tuple[RunResult | None, str]:
+        """The run, then its result kept and judged (on the worker: it writes the history)."""
+        try:
+            _plan, gpus, result = await launch(
                 [self.target],
                 self.spec,
-                on_plan=lambda plan, _gpus: self._from_thread(self._planned, plan),
-                on_event=lambda event: self._from_thread(self._event, event),
-                on_line=lambda line: self._from_thread(self._log, line),
+                on_plan=lambda plan, _gpus: self.from_thread(self._planned, plan),
+                on_event=lambda event: self.from_thread(self._event, event),
+                on_line=self.output_from_thread,
             )
-        )
-        try:
-            _plan, gpus, result = loop.run_until_complete(self._run_task)
         except asyncio.CancelledError:
-            self._from_thread(self._finished, None, "stopped: the run was stopped by you")
-            return
+            return None, "stopped: the run was stopped by you"
         except LaunchError as error:
-            self._from_thread(self._finished, None, f"could not start: {error}")
-            return
-        finally:
-            loop.close()
+            return None, f"could not start: {error}"
         try:
             _stored, judgement = record_run(BenchHistory(), result, gpus.driver)
             outcome = result_text(result, judgement)
         except HistoryError as error:
             outcome = f"{result_text(result, None)}\n(not kept: {error})"
-        self._from_thread(self._finished, result, outcome)
-
-    def _from_thread(self, callback, *args) -> None:  # type: ignore[no-untyped-def]
-        with contextlib.suppress(RuntimeError):  # the app is closing
-            self.app.call_from_thread(callback, *args)
+        return result, outcome
 
     def _planned(self, plan: Launch) -> None:
         gpus = ", ".join(str(g) for g in plan.gpus) or "from Slurm"
         self._status(f"running on {self.target.name} with {plan.engine}, GPUs {gpus}; s stops")
         for host, command in plan.commands.items():
-            self._log(f"{host}: $ {command}")
+            self.output(f"{host}: $ {command}")
 
     def _event(self, event: Event) -> None:
         if event.get("event") == "step":
             self.steps.append(event)
             self.refresh_view(None)
         elif event.get("event") == "error":
-            self._log(f"error ({event.get('kind')}): {event.get('message')}")
-
-    def _log(self, line: str) -> None:
-        self.query_one("#run-log", RichLog).write(line)
+            self.output(f"error ({event.get('kind')}): {event.get('message')}")
 
     def _finished(self, result: RunResult | None, outcome: str) -> None:
         self.result = result

@@ -3,11 +3,9 @@ below it what the check under the cursor found on each host, with the evidence a
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -17,7 +15,7 @@ from gpuconsole.actions.verify.checks import CHECKS
 from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Status
 from gpuconsole.actions.verify.runner import verify_targets
 from gpuconsole.hosts.targets import Target
-from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.action import ActionScreen
 from gpuconsole.widgets.cells import Palette
 from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
 
@@ -45,7 +43,7 @@ def status_text(status: Status | None, palette: Palette) -> Text:
     return Text(status.value, style=styles[status])
 
 
-class VerifyScreen(ConsoleScreen):
+class VerifyScreen(ActionScreen):
     """Runs every check on the targets (off the UI thread) and shows them as they arrive."""
 
     BINDINGS = [
@@ -90,17 +88,16 @@ class VerifyScreen(ConsoleScreen):
         self._start()
 
     def _start(self) -> None:
-        self._verify()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="verify")
-    def _verify(self) -> None:
-        """On a thread with its own event loop: probes over SSH and subprocesses never stall
-        the UI; each report comes back to the UI thread as it is ready."""
+        """Each report comes back to the UI thread as it is ready."""
 
         def arrived(report: HostReport) -> None:
-            self.app.call_from_thread(self._arrived, report)
+            self.from_thread(self._arrived, report)
 
-        asyncio.run(self._run_checks(self.targets, self.checks, arrived))  # type: ignore[arg-type]
+        self.act(
+            lambda: self._run_checks(self.targets, self.checks, arrived),
+            lambda _reports: None,
+            group="verify",
+        )
 
     def _arrived(self, report: HostReport) -> None:
         self.reports[report.host] = report

@@ -22,10 +22,10 @@ from gpuconsole.actions.bundle.gather import (
     Gathered,
     gather,
 )
+from gpuconsole.actions.session import open_shell
 from gpuconsole.actions.verify.model import Check
 from gpuconsole.actions.verify.output import reports_text
-from gpuconsole.actions.verify.shell import LocalShell, SshShell
-from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.record.when import file_stamp
 
@@ -72,19 +72,14 @@ async def make_bundle(
             smi_timeout=smi_timeout,
             log_timeout=log_timeout,
         )
-        if target.entry is None:
-            gathered = await collect(LocalShell())
-        else:
-            try:
-                connection = await connect(target.entry, settings or SshSettings())
-            except ConnectFailure as failure:
-                notes.append(
-                    f"nvidia-smi -q, kernel log, verification: {inputs.host} could not be "
-                    f"reached ({failure.reason})"
-                )
-            else:
-                async with connection:
-                    gathered = await collect(SshShell(connection))
+        try:
+            async with open_shell(target, "bundle", settings) as shell:
+                gathered = await collect(shell)
+        except ConnectFailure as failure:
+            notes.append(
+                f"nvidia-smi -q, kernel log, verification: {inputs.host} could not be "
+                f"reached ({failure.reason})"
+            )
     files = {"summary.md": "", **data_files(inputs)}
     verification = None
     if gathered is not None:

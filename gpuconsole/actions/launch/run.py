@@ -3,7 +3,7 @@
 The recipe's source is written to the host, then its launch command streams its JSON lines:
 `step` events feed the live view, the `summary` is the result, an `error` event (or, when the
 recipe could not even start, the last lines of its output) is the cause shown instead of a
-stack trace.
+stack trace. Both the writing and the run go to the audit log, under the shell's action.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuconsole.actions.launch.commands import LaunchSpec, install_command
-from gpuconsole.actions.verify.shell import Shell
+from gpuconsole.actions.launch.commands import RECIPE_DIR, LaunchSpec, install_command
+from gpuconsole.actions.session import HostShell
 from gpuconsole.recipes import recipe_files
 
 RUN_TIMEOUT_S = 1800.0
@@ -74,9 +74,16 @@ def start_failure(lines: Sequence[str]) -> tuple[str, str]:
     return "other", last[:200]
 
 
-async def install_recipe(shell: Shell, spec: LaunchSpec) -> str | None:
+async def install_recipe(shell: HostShell, spec: LaunchSpec) -> str | None:
     """Write the recipe's files to the host; None when written, else why not (one line)."""
-    installed = await shell.run(install_command(recipe_files(spec.recipe)), 30.0)
+    files = recipe_files(spec.recipe)
+    installed = await shell.change(
+        install_command(files),
+        30.0,
+        logged=f"write {', '.join(files)} to {RECIPE_DIR}",
+        step="install",
+        recipe=spec.recipe,
+    )
     if installed.ok:
         return None
     message = (installed.stderr or installed.stdout).strip()[:200] or "no output"
@@ -84,8 +91,7 @@ async def install_recipe(shell: Shell, spec: LaunchSpec) -> str | None:
 
 
 async def run_recipe(
-    shell: Shell,
-    host: str,
+    shell: HostShell,
     spec: LaunchSpec,
     command: str,
     on_event: Callable[[Event], None] = lambda _event: None,
@@ -95,13 +101,12 @@ async def run_recipe(
     """Install the recipe on the host, run ``command`` there, follow its events."""
     failure = await install_recipe(shell, spec)
     if failure is not None:
-        return RunResult(host, spec, command, None, "install", failure)
-    return await follow_recipe(shell, host, spec, command, on_event, on_line, timeout)
+        return RunResult(shell.host, spec, command, None, "install", failure)
+    return await follow_recipe(shell, spec, command, on_event, on_line, timeout)
 
 
 async def follow_recipe(
-    shell: Shell,
-    host: str,
+    shell: HostShell,
     spec: LaunchSpec,
     command: str,
     on_event: Callable[[Event], None],
@@ -119,8 +124,10 @@ async def follow_recipe(
         else:
             on_line(text)
 
-    output = await shell.stream(command, timeout, line)
-    return _result(host, spec, command, output.exit_code, events, output.stdout or output.stderr)
+    output = await shell.change(command, timeout, on_line=line, step="run", recipe=spec.recipe)
+    return _result(
+        shell.host, spec, command, output.exit_code, events, output.stdout or output.stderr
+    )
 
 
 def _result(
@@ -155,7 +162,7 @@ def _first_line(message: object, limit: int = 300) -> str:
 
 
 async def run_on_nodes(
-    shells: Mapping[str, Shell],
+    shells: Mapping[str, HostShell],
     spec: LaunchSpec,
     commands: Mapping[str, str],
     on_event: Callable[[Event], None] = lambda _event: None,
@@ -177,7 +184,7 @@ async def run_on_nodes(
         return on_line if host == head else (lambda text: on_line(f"[{host}] {text}"))
 
     pending = {
-        asyncio.ensure_future(follow_recipe(shells[h], h, spec, commands[h], on_event, lines_of(h)))
+        asyncio.ensure_future(follow_recipe(shells[h], spec, commands[h], on_event, lines_of(h)))
         for h in hosts
     }
     finished: list[RunResult] = []

@@ -8,8 +8,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import asyncssh
-
 from gpuconsole.actions.launch.commands import (
     LaunchError,
     LaunchSpec,
@@ -20,14 +18,17 @@ from gpuconsole.actions.launch.commands import (
 )
 from gpuconsole.actions.launch.nodes import NodeAddress, node_addresses
 from gpuconsole.actions.launch.run import Event, RunResult, run_on_nodes, run_recipe
-from gpuconsole.actions.verify.shell import LocalShell, Shell, SshShell
-from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.actions.session import HostShell, open_shell
+from gpuconsole.actions.verify.shell import Shell
+from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Target
 from gpuconsole.model import Topology
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
 
 _GPU_QUERY = "nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader"
+ACTION = "launch"
+"""What a launch's writes and runs are logged as."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,27 +113,20 @@ def plan_launch(
 
 
 @contextlib.asynccontextmanager
-async def shells_for(
+async def _shells_for(
     targets: Sequence[Target], settings: SshSettings | None
-) -> AsyncIterator[dict[str, Shell]]:
-    """A shell per target, SSH connections closed on the way out."""
-    connections: list[asyncssh.SSHClientConnection] = []
-    shells: dict[str, Shell] = {}
-    try:
+) -> AsyncIterator[dict[str, HostShell]]:
+    """A shell per target, closed on the way out; `LaunchError` when one cannot be reached."""
+    async with contextlib.AsyncExitStack() as stack:
+        shells: dict[str, HostShell] = {}
         for target in targets:
-            if target.entry is None:
-                shells[target.name] = LocalShell()
-                continue
             try:
-                connection = await connect(target.entry, settings or SshSettings())
+                shells[target.name] = await stack.enter_async_context(
+                    open_shell(target, ACTION, settings)
+                )
             except ConnectFailure as failure:
                 raise LaunchError(failure.reason) from None
-            connections.append(connection)
-            shells[target.name] = SshShell(connection)
         yield shells
-    finally:
-        for connection in connections:
-            connection.close()
 
 
 async def launch(
@@ -150,7 +144,7 @@ async def launch(
     hosts = [t.name for t in targets]
     pythons = {t.name: (t.entry.python if t.entry else "python3") for t in targets}
     job_id = f"gpuconsole-{spec.recipe}-{int(time.time())}"
-    async with shells_for(targets, settings) as shells:
+    async with _shells_for(targets, settings) as shells:
         first = shells[hosts[0]]
         found = HostGpus(0, None, None, None) if slurm_nodes else await host_gpus(first)
         several = len(hosts) > 1 and slurm_nodes is None
@@ -161,5 +155,5 @@ async def launch(
             result = await run_on_nodes(shells, spec, plan.commands, on_event, on_line)
         else:
             command = plan.commands[hosts[0]]
-            result = await run_recipe(first, hosts[0], spec, command, on_event, on_line)
+            result = await run_recipe(first, spec, command, on_event, on_line)
     return plan, found, result

@@ -9,7 +9,6 @@ from typing import Any
 
 from gpuconsole.actions.launch.commands import LaunchError, LaunchSpec, single_host_command
 from gpuconsole.actions.launch.run import Event, run_recipe
-from gpuconsole.actions.launch.session import shells_for
 from gpuconsole.actions.memory.trials import (
     Fixes,
     Trial,
@@ -23,10 +22,12 @@ from gpuconsole.actions.memory.trials import (
     recommend,
     trial_from_summary,
 )
-from gpuconsole.actions.verify.shell import Shell
-from gpuconsole.hosts.ssh import SshSettings
+from gpuconsole.actions.session import HostShell, open_shell
+from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Target
 
+ACTION = "memory-trial"
+"""What the trials' writes and runs are logged as."""
 BATCH_PROBES = 8
 """At most this many short runs look for the largest batch."""
 EMPTY_CACHE_TRUTH = (
@@ -81,7 +82,11 @@ class _Runner:
     """Runs one set of fixes on the host and reads the trial from its summary."""
 
     def __init__(
-        self, shell: Shell, target: Target, request: DoctorRequest, on_line: Callable[[str], None]
+        self,
+        shell: HostShell,
+        target: Target,
+        request: DoctorRequest,
+        on_line: Callable[[str], None],
     ) -> None:
         self.shell, self.target, self.request, self.on_line = shell, target, request, on_line
         self.python = target.entry.python if target.entry else "python3"
@@ -96,9 +101,7 @@ class _Runner:
         spec = LaunchSpec(self.request.recipe, "baseline", extra=(*args, *self.request.extra))
         command = single_host_command(spec, (self.request.gpu,), self.python)
         events: list[Event] = []
-        result = await run_recipe(
-            self.shell, self.target.name, spec, command, events.append, self.on_line
-        )
+        result = await run_recipe(self.shell, spec, command, events.append, self.on_line)
         if result.summary is None:
             trial = Trial(fixes, error_kind=result.error_kind, error=result.error)
         else:
@@ -126,8 +129,8 @@ async def run_doctor(
     report = MemoryReport(target.name, request.recipe, request.batch_size)
     schedule = request.schedule
     try:
-        async with shells_for([target], settings) as shells:
-            runner = _Runner(shells[target.name], target, request, on_line)
+        async with open_shell(target, ACTION, settings) as shell:
+            runner = _Runner(shell, target, request, on_line)
 
             async def trial(fixes: Fixes, batch: int | None = None, probe: bool = False) -> Trial:
                 steps = schedule.probe_steps if probe else schedule.steps
@@ -160,6 +163,8 @@ async def run_doctor(
                 report.sites = {**sites, "fixes": baseline.name} if sites else None
                 if sites is None:
                     report.notes.append(f"no memory history of {baseline.name}: {recorded.error}")
+    except ConnectFailure as failure:
+        raise MemoryDoctorError(failure.reason) from None
     except LaunchError as error:
         raise MemoryDoctorError(str(error)) from None
     report.notes.append(EMPTY_CACHE_TRUTH)

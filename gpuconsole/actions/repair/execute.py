@@ -15,8 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from gpuconsole import audit
 from gpuconsole.actions.repair.model import Plan, Step
+from gpuconsole.actions.session import HostShell
 from gpuconsole.actions.verify.shell import LineSink, Shell
 
 Confirm = Callable[[Plan, Sequence[str]], Awaitable[bool]]
@@ -99,8 +99,7 @@ async def is_root(shell: Shell) -> bool:
 
 
 async def execute(
-    shell: Shell,
-    host: str,
+    shell: HostShell,
     plan: Plan,
     *,
     confirm: Confirm | None,
@@ -108,6 +107,7 @@ async def execute(
     on_line: LineSink = lambda _line: None,
 ) -> PlanRun:
     """Show, confirm, then run ``plan``'s steps in order, stopping at the first that fails."""
+    host = shell.host
     as_root = await is_root(shell)
     commands = tuple(command_line(step, as_root) for step in plan.steps)
     if not plan.steps:
@@ -120,18 +120,11 @@ async def execute(
     for step, command in zip(plan.steps, commands, strict=True):
         on_line(f"$ {command}")
         began = time.monotonic()
-        output = await shell.stream(command, step.timeout, on_line)
+        output = await shell.change(command, step.timeout, on_line=on_line, cause=plan.cause_id)
         seconds = time.monotonic() - began
         lines = output.stdout.splitlines() or output.stderr.splitlines()
         run = StepRun(step, command, output.exit_code, tuple(lines[-_TAIL_LINES:]), seconds)
         runs.append(run)
-        audit.record(
-            "repair-step",
-            host=host,
-            cause=plan.cause_id,
-            command=command,
-            exit_code=output.exit_code,
-        )
         if not run.ok:
             message = _stopped(host, plan, runs, output.stdout + output.stderr)
             return PlanRun(host, plan, commands, tuple(runs), confirmed=True, message=message)

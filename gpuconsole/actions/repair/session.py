@@ -8,11 +8,15 @@ from gpuconsole.actions.repair.diagnosis import DIAGNOSIS_CHECKS, diagnose, prob
 from gpuconsole.actions.repair.execute import Confirm, PlanRun, execute
 from gpuconsole.actions.repair.model import Diagnosis, Plan, Walked
 from gpuconsole.actions.repair.plans import PlanFacts, facts_from, plan_for
+from gpuconsole.actions.session import HostShell, open_shell
 from gpuconsole.actions.verify.model import HostReport
 from gpuconsole.actions.verify.runner import run_probes, verify_with
-from gpuconsole.actions.verify.shell import LineSink, LocalShell, Shell, SshShell
-from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.actions.verify.shell import LineSink
+from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Context, Target
+
+ACTION = "repair-step"
+"""What each command a repair runs is logged as."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,7 @@ def plans_for(diagnosis: Diagnosis, facts: PlanFacts) -> tuple[Plan, ...]:
 
 
 async def repair_with(
-    shell: Shell,
+    shell: HostShell,
     context: Context,
     *,
     confirm: Confirm | None,
@@ -101,9 +105,7 @@ async def repair_with(
     plans = plans_for(diagnosis, facts_from(evidence, diagnosis))
     runs: list[PlanRun] = []
     for plan in plans:
-        run = await execute(
-            shell, context.host, plan, confirm=confirm, dry_run=dry_run, on_line=on_line
-        )
+        run = await execute(shell, plan, confirm=confirm, dry_run=dry_run, on_line=on_line)
         runs.append(run)
         if run.confirmed and not run.completed:
             break  # the host is in the state the message says; later plans assumed this one
@@ -121,16 +123,11 @@ async def repair_target(
     on_line: LineSink = lambda _line: None,
     settings: SshSettings | None = None,
 ) -> RepairReport:
-    """Repair this machine, or an inventory host over an SSH connection opened for it."""
-    if target.entry is None:
-        return await repair_with(
-            LocalShell(), target.context, confirm=confirm, dry_run=dry_run, on_line=on_line
-        )
+    """Repair this machine, or an inventory host over SSH."""
     try:
-        connection = await connect(target.entry, settings or SshSettings())
+        async with open_shell(target, ACTION, settings) as shell:
+            return await repair_with(
+                shell, target.context, confirm=confirm, dry_run=dry_run, on_line=on_line
+            )
     except ConnectFailure as failure:
         return RepairReport(target.name, None, error=failure.reason)
-    async with connection:
-        return await repair_with(
-            SshShell(connection), target.context, confirm=confirm, dry_run=dry_run, on_line=on_line
-        )

@@ -8,9 +8,10 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
+from gpuconsole.actions.session import open_shell
 from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Output, Probe, Status
-from gpuconsole.actions.verify.shell import LocalShell, Shell, SshShell
-from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
+from gpuconsole.actions.verify.shell import Shell
+from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Context, Target
 
 LIGHT_PROBES_AT_ONCE = 4
@@ -83,15 +84,12 @@ async def verify_with(shell: Shell, checks: Sequence[Check], context: Context) -
 async def verify_target(
     target: Target, checks: Sequence[Check], settings: SshSettings | None = None
 ) -> HostReport:
-    """One host: this machine's shell, or an SSH connection opened for the run."""
-    if target.entry is None:
-        return await verify_with(LocalShell(), checks, target.context)
+    """One host: this machine's shell, or the host's over SSH."""
     try:
-        connection = await connect(target.entry, settings or SshSettings())
+        async with open_shell(target, "verify", settings) as shell:
+            return await verify_with(shell, checks, target.context)
     except ConnectFailure as failure:
         return HostReport(target.name, error=failure.reason)
-    async with connection:
-        return await verify_with(SshShell(connection), checks, target.context)
 
 
 async def verify_targets(
