@@ -19,6 +19,8 @@ from gpuconsole.screens.host import HostScreen
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
+HERE = LocalSignals({"here"})
+
 
 @pytest.fixture
 def sleeper():
@@ -40,7 +42,9 @@ def gpu_process(pid: int, command: str) -> GpuProcess:
 
 
 def test_terminate_sends_term_and_logs_it(sleeper, audit_log) -> None:
-    result = signal_process(gpu_process(sleeper.pid, " ".join(SLEEPER)), signal.SIGTERM, "here")
+    result = signal_process(
+        HERE, "here", gpu_process(sleeper.pid, " ".join(SLEEPER)), signal.SIGTERM
+    )
     assert result.sent
     assert sleeper.wait(timeout=5) == -signal.SIGTERM
     entry = json.loads(audit_log.read_text().splitlines()[-1])
@@ -49,7 +53,9 @@ def test_terminate_sends_term_and_logs_it(sleeper, audit_log) -> None:
 
 
 def test_a_reused_pid_is_not_signalled(sleeper, audit_log) -> None:
-    result = signal_process(gpu_process(sleeper.pid, "python train.py"), signal.SIGKILL, "here")
+    result = signal_process(
+        LocalSignals({"here"}), "here", gpu_process(sleeper.pid, "python train.py"), signal.SIGKILL
+    )
     assert not result.sent
     assert "not the GPU process" in result.message
     assert sleeper.poll() is None  # still running
@@ -58,7 +64,9 @@ def test_a_reused_pid_is_not_signalled(sleeper, audit_log) -> None:
 def test_an_exited_process_is_reported_as_gone(audit_log) -> None:
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     done.wait()
-    result = signal_process(gpu_process(done.pid, "python -c pass"), signal.SIGTERM, "here")
+    result = signal_process(
+        LocalSignals({"here"}), "here", gpu_process(done.pid, "python -c pass"), signal.SIGTERM
+    )
     assert not result.sent
     assert "already exited" in result.message
 

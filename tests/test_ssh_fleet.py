@@ -18,6 +18,7 @@ import pytest
 from sshd import Sshd, free_port, keygen, sshd_available, wait_for
 
 from gpuconsole import paths
+from gpuconsole.actions.processes import signal_process
 from gpuconsole.hosts.inventory import HostDefaults, HostEntry
 from gpuconsole.hosts.source import SshSource
 from gpuconsole.hosts.ssh import SshSettings
@@ -269,10 +270,10 @@ def test_a_remote_process_is_signalled_through_its_agent(sshd: Sshd, audit_log: 
         wait_for(lambda: source.supervisor.link("gpu-test").hello is not None, what="hello")
         process = GpuProcess(sleeper.pid, gpu=0, used_memory_mib=1024.0, command="sleep 300")
         wrong = GpuProcess(sleeper.pid, gpu=0, used_memory_mib=1024.0, command="python other")
-        refused = source.signal("gpu-test", wrong, signal.SIGTERM)
+        refused = signal_process(source, "gpu-test", wrong, signal.SIGTERM)
         assert not refused.sent
         assert sleeper.poll() is None
-        result = source.signal("gpu-test", process, signal.SIGTERM)
+        result = signal_process(source, "gpu-test", process, signal.SIGTERM)
         assert result.sent, result.message
         assert sleeper.wait(timeout=5) == -signal.SIGTERM
     finally:

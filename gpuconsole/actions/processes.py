@@ -1,27 +1,19 @@
-"""Signal a GPU process on the local host: TERM first, KILL if it will not go.
+"""Stop a GPU process (k TERM, K KILL on the host screen): who may, sending it, logging it.
 
-A pid can be reused between the reading and the keypress, so the process is identified by its
-pid and its command line together: if the command no longer matches, nothing is sent.
+Delivery is the hosts' (`gpuconsole.hosts.signals`: this machine, or a remote host's agent);
+this module decides who can signal which host's processes and puts every attempt in the audit
+log, sent or refused.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
-import psutil
-
 from gpuconsole import audit
+from gpuconsole.hosts.signals import SignalResult, send_here
 from gpuconsole.model import GpuProcess
-
-
-@dataclass(frozen=True, slots=True)
-class SignalResult:
-    sent: bool
-    message: str
 
 
 @runtime_checkable
@@ -30,7 +22,9 @@ class ProcessSignals(Protocol):
 
     def can_signal(self, host: str) -> bool: ...
 
-    def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult: ...
+    def send_signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
+        """Deliver ``sig`` (not logged: `signal_process` logs it)."""
+        ...
 
 
 class LocalSignals:
@@ -42,8 +36,8 @@ class LocalSignals:
     def can_signal(self, host: str) -> bool:
         return host in self._hosts
 
-    def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
-        return signal_process(process, sig, host)
+    def send_signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
+        return send_here(process, sig)
 
 
 def describe(process: GpuProcess) -> str:
@@ -57,17 +51,12 @@ def describe(process: GpuProcess) -> str:
     )
 
 
-Sender = Callable[[GpuProcess, signal.Signals], SignalResult]
-
-
 def signal_process(
-    process: GpuProcess, sig: signal.Signals, host: str, send: Sender | None = None
+    signals: ProcessSignals, host: str, process: GpuProcess, sig: signal.Signals
 ) -> SignalResult:
-    """Send ``sig`` to the process if it is still the one that was read; log what happened.
-
-    ``send`` delivers it elsewhere (a remote host's agent); by default, to this machine.
-    """
-    result = (send or _send)(process, sig)
+    """Send ``sig`` to the process on ``host`` if it is still the one that was read; log what
+    happened."""
+    result = signals.send_signal(host, process, sig)
     audit.record(
         "signal-process",
         host=host,
@@ -78,27 +67,3 @@ def signal_process(
         result=result.message,
     )
     return result
-
-
-def _send(process: GpuProcess, sig: signal.Signals) -> SignalResult:
-    try:
-        current = psutil.Process(process.pid)
-        command = " ".join(current.cmdline()) or current.name()
-    except psutil.NoSuchProcess:
-        return SignalResult(False, f"pid {process.pid} has already exited")
-    except psutil.AccessDenied:
-        command = None  # cannot read it, but the kernel will still judge the signal itself
-    if command is not None and process.command and command != process.command:
-        return SignalResult(
-            False, f"pid {process.pid} is now {command!r}, not the GPU process: nothing sent"
-        )
-    try:
-        os.kill(process.pid, sig)
-    except ProcessLookupError:
-        return SignalResult(False, f"pid {process.pid} has already exited")
-    except PermissionError:
-        owner = process.user or "another user"
-        return SignalResult(
-            False, f"not permitted to signal pid {process.pid}: it belongs to {owner}"
-        )
-    return SignalResult(True, f"sent {sig.name} to pid {process.pid}")

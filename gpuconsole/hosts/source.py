@@ -17,7 +17,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpuconsole.actions.processes import SignalResult, signal_process
+from gpuconsole.hosts.signals import SignalResult, send_here
 from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.model import GpuProcess, HostSnapshot
 from gpuconsole.telemetry import Source, SourceError
@@ -98,21 +98,17 @@ class SshSource:
             return None
         return asked.result()
 
-    def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
-        """Signal a process on the host through its agent, with the same pid-reuse guard as the
-        local action; the attempt goes to the audit log."""
-
-        def through_agent(process: GpuProcess, sig: signal.Signals) -> SignalResult:
-            command = {
-                "cmd": "signal",
-                "pid": process.pid,
-                "signal": sig.name.removeprefix("SIG"),
-                "command": process.command or "",
-            }
-            reply = self._call(self.supervisor.request(host, command), _STOP_TIMEOUT_S)
-            return SignalResult(reply.ok, reply.message)
-
-        return signal_process(process, sig, host, send=through_agent)
+    def send_signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
+        """Signal a process on the host through its agent, which applies the same pid-reuse
+        guard as `send_here` does on this machine."""
+        command = {
+            "cmd": "signal",
+            "pid": process.pid,
+            "signal": sig.name.removeprefix("SIG"),
+            "command": process.command or "",
+        }
+        reply = self._call(self.supervisor.request(host, command), _STOP_TIMEOUT_S)
+        return SignalResult(reply.ok, reply.message)
 
     def close(self) -> None:
         """Stop every agent and connection, then the loop and its thread."""
@@ -164,10 +160,10 @@ class FleetSource:
     def can_signal(self, host: str) -> bool:
         return host in self._owner
 
-    def signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
+    def send_signal(self, host: str, process: GpuProcess, sig: signal.Signals) -> SignalResult:
         if self._remote is not None and self._owner[host] is self._remote:
-            return self._remote.signal(host, process, sig)
-        return signal_process(process, sig, host)
+            return self._remote.send_signal(host, process, sig)
+        return send_here(process, sig)
 
     def verify_target(self, host: str) -> Target:
         if self._remote is not None and self._owner[host] is self._remote:

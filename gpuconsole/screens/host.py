@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.widgets import DataTable, Footer
 
-from gpuconsole.actions.processes import ProcessSignals, describe
+from gpuconsole.actions.processes import ProcessSignals, describe, signal_process
 from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, HostState, MigInstance
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.confirm import ConfirmScreen
@@ -397,7 +397,7 @@ class HostScreen(ConsoleScreen):
         self, signals: ProcessSignals, process: GpuProcess, sig: signal.Signals
     ) -> None:
         """Off the UI thread: a remote host's agent may take seconds to answer."""
-        result = signals.signal(self.host, process, sig)
+        result = signal_process(signals, self.host, process, sig)
         self.app.call_from_thread(
             self.notify, result.message, severity="information" if result.sent else "error"
         )
