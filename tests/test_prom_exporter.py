@@ -24,9 +24,9 @@ from gpuconsole.cli import build_parser
 from gpuconsole.clock import ManualClock
 from gpuconsole.commands import exporter as exporter_command
 from gpuconsole.model import HostState
-from gpuconsole.prom import dcgm
 from gpuconsole.prom import exporter as exporter_module
 from gpuconsole.prom.exporter import Exporter
+from gpuconsole.telemetry import dcgm
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 
 needs_promtool = pytest.mark.skipif(not promtool_available(), reason="promtool is not installed")

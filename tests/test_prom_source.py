@@ -23,12 +23,11 @@ from gpuconsole.app import GpuConsoleApp
 from gpuconsole.clock import ManualClock
 from gpuconsole.model import HostState
 from gpuconsole.poller import collect
-from gpuconsole.prom import dcgm
 from gpuconsole.prom.exporter import Exporter
 from gpuconsole.prom.grafana import panels
 from gpuconsole.prom.rules_export import rules_yaml
 from gpuconsole.screens.fleet import FleetScreen
-from gpuconsole.telemetry import SourceError
+from gpuconsole.telemetry import SourceError, dcgm
 from gpuconsole.telemetry.prometheus import PrometheusError, PrometheusSource
 from gpuconsole.telemetry.sim import HostUnreachable, SimRack, demo_rack
 from gpuconsole.widgets.keyed_table import KeyedTable

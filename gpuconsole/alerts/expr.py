@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from gpuconsole.model import GpuState, HostSnapshot
-from gpuconsole.prom import dcgm
+from gpuconsole.telemetry import dcgm
 
 MAX_CONDITION_CHARS = 1000
 """The longest condition accepted; a real one is under 200 characters."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuconsole.commands import Subcommands
 from gpuconsole.commands.exits import EXIT_BAD_INPUT, fail
-from gpuconsole.prom import dcgm
+from gpuconsole.telemetry import dcgm
 
 
 def add(commands: Subcommands) -> None:

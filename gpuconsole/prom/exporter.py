@@ -1,11 +1,11 @@
 """``gpuconsole exporter``: every watched host's readings at ``/metrics``, as dcgm-exporter names
 them, plus the console's own findings and host states.
 
-Metric and label names are dcgm-exporter's (see `gpuconsole.prom.dcgm`), so dashboards and rules
-written for it work unchanged. Two deliberate differences: dcgm-exporter declares its error
-totals (ECC, remapped rows) as counters without the ``_total`` suffix the exposition format
-expects; here they are gauges, which queries read the same way. And a reading the GPU does not
-report is left out rather than written as 0.
+Metric and label names are dcgm-exporter's (see `gpuconsole.telemetry.dcgm`), so dashboards
+and rules written for it work unchanged. Two deliberate differences: dcgm-exporter declares
+its error totals (ECC, remapped rows) as counters without the ``_total`` suffix the exposition
+format expects; here they are gauges, which queries read the same way. And a reading the GPU
+does not report is left out rather than written as 0.
 
 Polling runs in its own thread into a fleet session without alert rules: Prometheus evaluates
 the console's rules itself (``gpuconsole rules export`` writes them) over the series served
@@ -29,9 +29,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from gpuconsole.fleet import FleetSession
 from gpuconsole.model import GpuState, HostState
 from gpuconsole.poller import collect
-from gpuconsole.prom import dcgm
 from gpuconsole.store import FleetStore
-from gpuconsole.telemetry import Source
+from gpuconsole.telemetry import Source, dcgm
 
 LISTEN_BACKLOG = 1024
 """Connections the kernel queues for the server before it accepts them. socketserver's default,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from gpuconsole.prom import dcgm
+from gpuconsole.telemetry import dcgm
 
 UID = "gpuconsole-fleet"
 _DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}

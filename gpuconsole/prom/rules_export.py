@@ -24,7 +24,7 @@ import string
 from collections.abc import Sequence
 
 from gpuconsole.alerts.rules import AlertRule, value_format
-from gpuconsole.prom import dcgm
+from gpuconsole.telemetry import dcgm
 
 GROUP = "gpuconsole"
 

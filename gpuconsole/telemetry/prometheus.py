@@ -8,7 +8,7 @@ dozen), then serves each host's `read` from that answer.
 
 Both spellings of every metric are read: dcgm-exporter's classic names and DCGM 4.6's renamed
 ones (with 4.9's base units converted back), and the host from ``Hostname`` or ``hostname``
-(else the scrape target's ``instance``). See `gpuconsole.prom.dcgm` for the names and their
+(else the scrape target's ``instance``). See `gpuconsole.telemetry.dcgm` for the names and their
 sources. The hosts are those Prometheus knows when the source starts.
 
 A polling round starts with the first `read` of a host already read in the current round: the
@@ -41,8 +41,7 @@ from gpuconsole.model import (
     RowRemap,
     XidEvent,
 )
-from gpuconsole.prom import dcgm
-from gpuconsole.telemetry import SourceError
+from gpuconsole.telemetry import SourceError, dcgm
 from gpuconsole.untrusted import vetted, visible
 
 _PRESENCE = ("utilization_pct", "temperature_c", "memory_used_mib")
