@@ -142,9 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with guarded_output():
-            return args.run(args)
-    except Refused as refused:
-        return fail(str(refused), refused.code)
+            try:
+                return args.run(args)
+            except Refused as refused:  # its line may quote a host: it goes out guarded too
+                return fail(str(refused), refused.code)
     except KeyboardInterrupt:  # Ctrl+C: each command has cleaned up on its way out
         print("gpuconsole: interrupted", file=sys.stderr)
         return 130

@@ -301,3 +301,32 @@ def test_a_log_named_by_the_environment(
     monkeypatch.setenv(paths.AUDIT_LOG.variable, str(shared))
     audit.record("repair-step", host="gpu01")
     assert mode(shared) == 0o640  # its owner chose it
+
+
+# --- one-line refusals ---------------------------------------------------------------------------
+
+
+def test_a_refusal_quoting_a_host_reaches_the_terminal_as_text(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refusal's line may quote what a host or a server said: it goes out through the same
+    guard as the command's other output, escape sequences made visible."""
+    from gpuconsole.commands import exits, snapshot
+
+    def refuse(args: object) -> int:
+        raise exits.Refused("gpu01: \x1b]0;pwned\x07\x1b[2Jno reading", code=2)
+
+    monkeypatch.setattr(snapshot, "run", refuse)
+    assert main(["snapshot"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "\x1b" not in line and "\x07" not in line
+    assert line.startswith("gpuconsole: gpu01: ") and line.endswith("no reading")
+
+
+def test_repair_on_a_group_is_one_line_naming_its_hosts(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text('[groups.rack-a]\nhosts = ["gpu-a", "gpu-b"]\n')
+    result = run("repair", "rack-a", "--inventory", str(inventory), "--dry-run")
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert line == "gpuconsole: repair takes one host; rack-a is a group of 2 (gpu-a, gpu-b)"

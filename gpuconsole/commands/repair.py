@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpuconsole.commands import Subcommands
+from gpuconsole.commands.exits import EXIT_BAD_INPUT, Refused
 from gpuconsole.commands.options import add_inventory_options
 from gpuconsole.commands.sources import targets
 
@@ -43,7 +44,14 @@ def run(args: argparse.Namespace) -> int:
     from gpuconsole.actions.repair.output import diagnosis_text, plan_text, report_text
     from gpuconsole.actions.repair.session import repair_target
 
-    (target,) = targets(args, [args.target] if args.target else [])
+    found = targets(args, [args.target] if args.target else [])
+    if len(found) != 1:  # a group: repair asks and runs one host's plans at a time
+        names = ", ".join(t.name for t in found)
+        raise Refused(
+            f"repair takes one host; {args.target} is a group of {len(found)} ({names})",
+            code=EXIT_BAD_INPUT,
+        )
+    (target,) = found
     interactive = not args.json and sys.stdin.isatty()
     numbers: dict[str, int] = {}
 
