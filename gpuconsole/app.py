@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from textual.app import App
 from textual.binding import Binding
@@ -39,6 +39,9 @@ class GpuConsoleApp(App[None]):
 
     CSS_PATH = "app.tcss"
     TITLE = "gpuconsole"
+    HELP_TITLE: ClassVar[str | None] = "Everywhere"
+    """The heading of the app's own keys on the help screen (see `ConsoleScreen.HELP_TITLE`)."""
+    HELP_ORDER: ClassVar[int] = 0
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDINGS = [
         Binding("question_mark", "help", "Help", id="help"),

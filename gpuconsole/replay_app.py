@@ -62,6 +62,8 @@ DAMAGE_NOTICES = 3
 class ReplayApp(GpuConsoleApp):
     """The console on a recording; see the module's docstring."""
 
+    HELP_TITLE = "Replay (gpuconsole replay FILE)"
+    HELP_ORDER = 1000
     BINDINGS = [
         Binding("comma", "step(-1)", "−1s", id="replay.back"),
         Binding("full_stop", "step(1)", "+1s", id="replay.forward"),

@@ -105,7 +105,9 @@ async def test_no_alerts_says_so(make_app) -> None:
 
 
 def test_help_lists_the_alerts_keys() -> None:
-    table = bindings_table()
+    from gpuconsole.app import GpuConsoleApp
+
+    table = bindings_table(GpuConsoleApp)
     rendered = [str(cell) for column in table.columns for cell in column._cells]
     assert "Alerts" in rendered
     assert any("firing and pending alerts" in text for text in rendered)

@@ -154,9 +154,10 @@ async def test_next_host_key_moves_through_the_rack(make_app) -> None:
 
 
 async def test_help_lists_every_binding(make_app) -> None:
+    from gpuconsole.app import GpuConsoleApp
     from gpuconsole.screens.help import bindings_table, key_label
 
-    table = bindings_table()
+    table = bindings_table(GpuConsoleApp)
     keys = list(table.columns[0]._cells)
     meanings = list(table.columns[1]._cells)
     for screen_type in (FleetScreen, HostScreen, TopologyScreen):
@@ -217,3 +218,31 @@ async def test_mig_instances_show_under_their_gpu_with_utilization_na() -> None:
         assert "29/70G" in cell_text(app.screen, "gpus", "0/mig1", "memory")
         await pilot.press("down")
         assert app.screen.selected_gpu == 0
+
+
+def test_help_lists_every_full_screen_with_keys_and_the_running_apps_keys() -> None:
+    """The help screen finds its sections: a screen with keys of its own (not a dialog) that has
+    no heading fails here, and replay's keys show where replay runs, not in the console."""
+    from textual.screen import ModalScreen
+
+    from gpuconsole.app import GpuConsoleApp
+    from gpuconsole.replay_app import ReplayApp
+    from gpuconsole.screens.help import bindings_table, screen_classes
+
+    def rendered(app_type: type) -> list[str]:
+        return [str(cell) for column in bindings_table(app_type).columns for cell in column._cells]
+
+    console = rendered(GpuConsoleApp)
+    screens = [c for c in screen_classes() if vars(c).get("BINDINGS")]
+    assert len(screens) >= 10
+    for screen in screens:
+        if issubclass(screen, ModalScreen):
+            continue
+        assert vars(screen).get("HELP_TITLE") in console, f"{screen.__name__} has no heading"
+        for binding in screen.BINDINGS:
+            assert any(text.startswith(binding.description) for text in console), binding
+    assert "Replay (gpuconsole replay FILE)" not in console
+    replay = rendered(ReplayApp)
+    assert replay.index("Everywhere") < replay.index("Fleet")
+    assert replay.index("Fleet") < replay.index("Replay (gpuconsole replay FILE)")
+    assert any(text.startswith("Next finding") for text in replay)

@@ -15,9 +15,9 @@ from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.app import GpuConsoleApp
 from gpuconsole.clock import ManualClock
 from gpuconsole.fleet import FleetSession
+from gpuconsole.headless import record_fleet
 from gpuconsole.messages import FleetUpdated
 from gpuconsole.poller import collect
-from gpuconsole.record.daemon import record_fleet
 from gpuconsole.record.reader import Recording
 from gpuconsole.record.recorder import Recorder
 from gpuconsole.record.when import clock

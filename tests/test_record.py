@@ -14,6 +14,7 @@ from conftest import EPOCH
 
 from gpuconsole import audit, paths
 from gpuconsole.clock import ManualClock
+from gpuconsole.headless import record_fleet
 from gpuconsole.model import (
     EccCounts,
     GpuProcess,
@@ -28,7 +29,6 @@ from gpuconsole.model import (
     XidEvent,
 )
 from gpuconsole.record import codec
-from gpuconsole.record.daemon import record_fleet
 from gpuconsole.record.reader import Recording
 from gpuconsole.record.recorder import Recorder
 from gpuconsole.record.schema import RecordingError
@@ -309,7 +309,7 @@ async def test_the_console_records_what_it_shows(make_app, clock, tmp_path: Path
         "gpuconsole.record.reader",
         "gpuconsole.record.replay",
         "gpuconsole.record.retention",
-        "gpuconsole.record.daemon",
+        "gpuconsole.headless",
         "gpuconsole.commands.record",
         "gpuconsole.commands.replay",
         "gpuconsole.actions.bundle.make",

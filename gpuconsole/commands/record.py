@@ -113,7 +113,7 @@ class _SignalStop:
 
 
 def _record(args: argparse.Namespace, path: Path, retention: Retention, stop: _SignalStop) -> int:
-    from gpuconsole.record.daemon import record_fleet
+    from gpuconsole.headless import record_fleet
     from gpuconsole.record.recorder import Recorder
     from gpuconsole.record.schema import RecordingError
     from gpuconsole.record.when import stamp

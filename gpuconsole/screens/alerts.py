@@ -95,6 +95,9 @@ class SilenceScreen(ModalScreen[float | None]):
 class AlertsScreen(ConsoleScreen):
     """Every active alert, firing first, then the most severe, then the oldest."""
 
+    HELP_TITLE = "Alerts"
+    HELP_ORDER = 40
+
     DEFAULT_CSS = """
     AlertsScreen #alerts { height: 1fr; max-height: 100%; }
     AlertsScreen #alerts-empty { padding: 1 2; color: $text-muted; }

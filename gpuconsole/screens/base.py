@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.screen import Screen
 from textual.theme import Theme
@@ -21,6 +21,10 @@ class ConsoleScreen(Screen[None]):
     """A screen that renders from the fleet store when told that hosts changed."""
 
     WHERE = ""
+    HELP_TITLE: ClassVar[str | None] = None
+    """The heading of the screen's keys on the help screen (`?`); None: not listed there."""
+    HELP_ORDER: ClassVar[int] = 100
+    """Where the heading comes on the help screen: lower first."""
 
     def where(self) -> str:
         """Where the user is, for the title line."""

@@ -60,6 +60,9 @@ def gpu_row_key(host: str, gpu: int) -> str:
 class FleetScreen(ConsoleScreen):
     """Every host at a glance; Enter opens a host, Space shows its GPUs."""
 
+    HELP_TITLE = "Fleet"
+    HELP_ORDER = 10
+
     WHERE = "fleet"
     BINDINGS = [
         Binding("enter", "open_host", "Open host", id="fleet.open", tooltip="open the host or GPU"),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
 _KEY_NAMES = {
@@ -29,28 +32,12 @@ def key_label(key: str) -> str:
     return ", ".join(_KEY_NAMES.get(k.strip(), k.strip()) for k in key.split(","))
 
 
-def bindings_table() -> Table:
-    from gpuconsole.app import GpuConsoleApp
-    from gpuconsole.replay_app import ReplayApp
-    from gpuconsole.screens.alerts import AlertsScreen
-    from gpuconsole.screens.fleet import FleetScreen
-    from gpuconsole.screens.host import HostScreen
-    from gpuconsole.screens.topology import TopologyScreen
-    from gpuconsole.screens.triage import TriageScreen
-
+def bindings_table(app_type: type[App[object]]) -> Table:
+    """The keys of the app and of every console screen, under each one's `HELP_TITLE`."""
     table = Table(box=None, padding=(0, 2), show_header=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
-    sections = (
-        ("Everywhere", GpuConsoleApp.BINDINGS),
-        ("Fleet", FleetScreen.BINDINGS),
-        ("Host", HostScreen.BINDINGS),
-        ("Topology", TopologyScreen.BINDINGS),
-        ("Alerts", AlertsScreen.BINDINGS),
-        ("Triage", TriageScreen.BINDINGS),
-        ("Replay (gpuconsole replay FILE)", ReplayApp.BINDINGS),
-    )
-    for title, bindings in sections:
+    for title, bindings in _sections(app_type):
         table.add_row(Text(title, style="underline"), "")
         for binding in bindings:
             if isinstance(binding, Binding):
@@ -64,6 +51,31 @@ def bindings_table() -> Table:
     return table
 
 
+def _sections(app_type: type[App[object]]) -> list[tuple[str, list[object]]]:
+    """Each class that names a `HELP_TITLE`, with its own bindings, in `HELP_ORDER`: the app's
+    classes (the console, and replay when it runs) and the screens of this package's modules,
+    found by walking it (a new screen is listed without anyone listing it here)."""
+    owners: list[type] = [c for c in app_type.__mro__ if vars(c).get("HELP_TITLE")]
+    owners += [c for c in screen_classes() if vars(c).get("HELP_TITLE")]
+    owners.sort(key=lambda c: c.HELP_ORDER)  # type: ignore[attr-defined]
+    return [(c.HELP_TITLE, list(vars(c).get("BINDINGS", []))) for c in owners]  # type: ignore[attr-defined]
+
+
+def screen_classes() -> list[type[Screen[object]]]:
+    """Every screen class defined in a module of `gpuconsole.screens`."""
+    import gpuconsole.screens
+
+    found: list[type[Screen[object]]] = []
+    for info in pkgutil.iter_modules(gpuconsole.screens.__path__):
+        module = importlib.import_module(f"{gpuconsole.screens.__name__}.{info.name}")
+        found += [
+            c
+            for c in vars(module).values()
+            if isinstance(c, type) and issubclass(c, Screen) and c.__module__ == module.__name__
+        ]
+    return found
+
+
 class HelpScreen(ModalScreen[None]):
     """Lists every key; any of Esc, q or ? closes it."""
 
@@ -74,4 +86,4 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body"):
             yield Static(Text("gpuconsole keys", style="bold"), id="help-title")
-            yield Static(bindings_table(), id="help-keys")
+            yield Static(bindings_table(type(self.app)), id="help-keys")

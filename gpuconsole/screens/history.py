@@ -25,6 +25,9 @@ _LABELS = {"when": "When (UTC)", "peak mem": "Peak mem"}
 class HistoryScreen(ConsoleScreen):
     """Reads the history in a worker on opening and on `r`; Esc goes back."""
 
+    HELP_TITLE = "Benchmark history"
+    HELP_ORDER = 60
+
     DEFAULT_CSS = """
     HistoryScreen #history-status { height: 1; padding: 0 1; }
     HistoryScreen #history-runs { max-height: 2fr; }

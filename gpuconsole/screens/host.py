@@ -72,6 +72,9 @@ def _process_key(process: GpuProcess) -> str:
 class HostScreen(ConsoleScreen):
     """One host; the cursor's GPU drives the trend lines."""
 
+    HELP_TITLE = "Host"
+    HELP_ORDER = 20
+
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="host.back"),
         Binding("t", "topology", "Topology", id="host.topology"),

@@ -30,6 +30,9 @@ the guide's 20 % reserve."""
 class MemoryScreen(ActionScreen):
     """Starts the trials on mount; `s` stops them; `a` applies the recommendation."""
 
+    HELP_TITLE = "Memory trials"
+    HELP_ORDER = 95
+
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="memory.back"),
         Binding("s", "stop", "Stop", id="memory.stop", tooltip="stop the trials on the host"),

@@ -23,6 +23,9 @@ OUTPUT_LINES = 2000
 class RepairScreen(ActionScreen):
     """Diagnoses on open (a dry run: nothing changes); `x` runs the plans, each confirmed."""
 
+    HELP_TITLE = "Repair"
+    HELP_ORDER = 80
+
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="repair.back"),
         Binding(

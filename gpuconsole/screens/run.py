@@ -29,6 +29,9 @@ _TREND_WIDTH = 60
 class RunScreen(ActionScreen):
     """Launches on mount; `s` stops the run (its processes on the host are killed)."""
 
+    HELP_TITLE = "Benchmark run"
+    HELP_ORDER = 90
+
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="run.back"),
         Binding("s", "stop", "Stop", id="run.stop", tooltip="stop the run on the host"),

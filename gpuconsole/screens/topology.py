@@ -79,6 +79,9 @@ def advice(topology: Topology, palette: Palette) -> Text:
 class TopologyScreen(ConsoleScreen):
     """How one host's GPUs are connected."""
 
+    HELP_TITLE = "Topology"
+    HELP_ORDER = 30
+
     BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="topology.back")]
 
     def __init__(self, host: str) -> None:

@@ -33,6 +33,9 @@ class TriageScreen(ConsoleScreen):
     """The fleet's problems as one list; ``since`` says how new each one is: when the finding
     or alert of an identity began, None when not known."""
 
+    HELP_TITLE = "Triage"
+    HELP_ORDER = 50
+
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="triage.back"),
         Binding("enter", "open", "Open host", id="triage.open", tooltip="its host, at its GPU"),

@@ -46,6 +46,9 @@ def status_text(status: Status | None, palette: Palette) -> Text:
 class VerifyScreen(ActionScreen):
     """Runs every check on the targets (off the UI thread) and shows them as they arrive."""
 
+    HELP_TITLE = "Verification"
+    HELP_ORDER = 70
+
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="verify.back"),
         Binding("r", "rerun", "Run again", id="verify.rerun", tooltip="verify the hosts again"),
