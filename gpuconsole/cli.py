@@ -85,8 +85,10 @@ exit codes of hosts check: 0 every host live, 1 a live host differs from the inv
 (GPU count), 2 a host is not live; a bad inventory exits 2 with one line naming file and line.
 
 The inventory is --hosts, else --inventory FILE, else $GPUCONSOLE_INVENTORY, else
-~/.config/gpuconsole/hosts.toml where it exists. SSH uses ~/.ssh/config, the SSH agent and
-~/.ssh/known_hosts: an unknown host key is refused, a changed one is refused loudly.
+~/.config/gpuconsole/hosts.toml where it exists. SSH decides as `ssh -o BatchMode=yes HOST`
+does, with the settings `ssh -G HOST` prints ($GPUCONSOLE_SSH_CONFIG is given as `ssh -F`):
+an unknown host key is refused unless StrictHostKeyChecking is accept-new, a changed or
+revoked one is refused loudly.
 """
 
 COMMANDS: tuple[Command, ...] = (

@@ -13,6 +13,9 @@ SORT_KEYS = ("worst", "name", "utilization", "temperature", "power", "memory")
 # A host that cannot be read is worse than any reading: it may be the incident itself.
 _STATE_BADNESS = {
     HostState.HOST_KEY_MISMATCH: 5,
+    HostState.HOST_KEY_REVOKED: 5,
+    HostState.HOST_KEY_UNKNOWN: 4,
+    HostState.NO_DRIVER: 4,
     HostState.AUTH_FAILED: 4,
     HostState.DOWN: 4,
     HostState.STALE: 3,

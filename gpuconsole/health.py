@@ -69,6 +69,9 @@ RULES: dict[str, str] = {
     "host-down": "the host cannot be reached",
     "host-auth-failed": "SSH authentication to the host failed",
     "host-key-mismatch": "the host's SSH key does not match known_hosts",
+    "host-key-unknown": "the host's SSH key is in no known_hosts file ssh reads for it",
+    "host-key-revoked": "the host's SSH key, or its certificate's CA, is marked @revoked",
+    "host-no-driver": "the console logs in, but the host's GPUs cannot be read",
     "bad-value-from-host": "the host sent values no GPU can report; they show as N/A",
 }
 
@@ -129,6 +132,24 @@ _HOST_STATES: dict[HostState, tuple[Severity, str, str, str]] = {
         "host-key-mismatch",
         "SSH host key does not match known_hosts",
         "confirm with {host}'s admin that it was reinstalled before ssh-keygen -R {host}",
+    ),
+    HostState.HOST_KEY_UNKNOWN: (
+        Severity.CRITICAL,
+        "host-key-unknown",
+        "SSH host key is not known",
+        "check the key's fingerprint with {host}'s admin, then add it (ssh {host} asks once)",
+    ),
+    HostState.HOST_KEY_REVOKED: (
+        Severity.CRITICAL,
+        "host-key-revoked",
+        "SSH host key is revoked",
+        "{host} must get a new host key; find out why the old one was revoked",
+    ),
+    HostState.NO_DRIVER: (
+        Severity.CRITICAL,
+        "host-no-driver",
+        "logged in, but no GPU can be read",
+        "gpuconsole verify {host} says what is missing; gpuconsole repair {host} mends a driver",
     ),
 }
 

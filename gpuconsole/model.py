@@ -33,6 +33,10 @@ class HostState(str, Enum):
     DOWN = "down"
     AUTH_FAILED = "auth-failed"
     HOST_KEY_MISMATCH = "host-key-mismatch"
+    HOST_KEY_UNKNOWN = "host-key-unknown"
+    HOST_KEY_REVOKED = "host-key-revoked"
+    NO_DRIVER = "no-driver"
+    """Logged in, but the agent cannot read GPUs (no driver, no nvidia-smi): it says why."""
 
 
 # Clock-event ("throttle") reasons, in NVML's terms, spelled as stable kebab-case codes.

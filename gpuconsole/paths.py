@@ -9,6 +9,7 @@ environment variable that moves it.
 | bundles (folder)| `GPUCONSOLE_BUNDLE_DIR`  | `<XDG data dir>/gpuconsole/bundles`            |
 | benchmark runs  | `GPUCONSOLE_BENCH_DB`    | `<XDG data dir>/gpuconsole/bench.sqlite`       |
 | audit log       | `GPUCONSOLE_AUDIT_LOG`   | `<XDG state dir>/gpuconsole/audit.jsonl`       |
+| ssh config      | `GPUCONSOLE_SSH_CONFIG`  | ssh's own (`~/.ssh/config`, `/etc/ssh/ssh_config`) |
 
 A variable's value is a path as a shell user writes it: ``~`` is the home directory. Nothing is
 created here; whoever writes a file makes its folder (see `gpuconsole.private_files`).
@@ -57,3 +58,14 @@ RECORDING = Place("GPUCONSOLE_RECORDING", platformdirs.user_data_dir, "recording
 BUNDLES = Place("GPUCONSOLE_BUNDLE_DIR", platformdirs.user_data_dir, "bundles")
 BENCH_DB = Place("GPUCONSOLE_BENCH_DB", platformdirs.user_data_dir, "bench.sqlite")
 AUDIT_LOG = Place("GPUCONSOLE_AUDIT_LOG", platformdirs.user_state_dir, "audit.jsonl")
+
+
+SSH_CONFIG_VARIABLE = "GPUCONSOLE_SSH_CONFIG"
+"""Names the ssh config file the console hands to `ssh -F` (a fleet's own, say). Unset: ssh's
+own files, `~/.ssh/config` then `/etc/ssh/ssh_config`, as a plain `ssh` reads them."""
+
+
+def ssh_config_file() -> Path | None:
+    """The file `ssh -F` is given, or None for ssh's own choice."""
+    override = os.environ.get(SSH_CONFIG_VARIABLE)
+    return Path(override).expanduser() if override else None

@@ -24,6 +24,8 @@ def _isolated_dirs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     for variable in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
         monkeypatch.setenv(variable, str(tmp_path / variable.lower()))
     monkeypatch.delenv("NO_COLOR", raising=False)
+    # ssh reads the real user's ~/.ssh/config whatever HOME says: no test may
+    monkeypatch.setenv("GPUCONSOLE_SSH_CONFIG", os.devnull)
 
 
 @pytest.fixture

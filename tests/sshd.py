@@ -2,7 +2,9 @@
 
 Each instance has its own host key, listens on a free loopback port and accepts one generated
 client key. `home` is a directory laid out as a user's home (`.ssh/id_ed25519`, `known_hosts`,
-`config`) so that code reading `~/.ssh` finds this server when HOME points there.
+`config`). ssh takes `~` from the password database, not from HOME, so the console is pointed
+at `home/.ssh/config` with `GPUCONSOLE_SSH_CONFIG` (as `ssh -F`), and that config names the
+key and the known_hosts file; `settings()` gives the same without a config file.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
+
+from gpuconsole.hosts.ssh import SshSettings
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -88,6 +92,33 @@ class Sshd:
         self.config.write_text("\n".join(lines) + "\n")
         self.process: subprocess.Popen[bytes] | None = None
 
+    def configure(self, line: str) -> None:
+        """Add an sshd_config line (before `start`)."""
+        with self.config.open("a") as config:
+            config.write(line + "\n")
+
+    def certify(self, ca: Path, principals: str) -> Path:
+        """Have the server present a host certificate for its key, signed by ``ca`` for
+        ``principals`` (comma-separated), as `ssh-keygen -h` makes it (before `start`)."""
+        subprocess.run(
+            [
+                SSH_KEYGEN,
+                "-q",
+                "-s",
+                str(ca),
+                "-I",
+                "host",
+                "-h",
+                "-n",
+                principals,
+                f"{self.host_key}.pub",
+            ],
+            check=True,
+        )
+        certificate = Path(f"{self.host_key}-cert.pub")
+        self.configure(f"HostCertificate {certificate}")
+        return certificate
+
     def trust(self, host_key: Path) -> None:
         """Make known_hosts list ``host_key`` (and only it) for this server."""
         public = Path(f"{host_key}.pub").read_text().split()
@@ -131,15 +162,35 @@ class Sshd:
         self.process = None
 
     def ssh_config(self, names: list[str] | None = None) -> Path:
-        """Write ``home/.ssh/config`` with a Host alias per name, all pointing at this server."""
+        """Write ``home/.ssh/config`` with a Host alias per name, all pointing at this server,
+        its known_hosts being ``home/.ssh/known_hosts`` (for every other host too)."""
         config = self.home / ".ssh" / "config"
         blocks = [
             f"Host {name}\n  HostName 127.0.0.1\n  Port {self.port}\n  User {_user()}\n"
-            f"  IdentityFile {self.client_key}\n"
+            f"  IdentityFile {self.client_key}\n  UserKnownHostsFile {self.known_hosts}\n"
             for name in names or ["gpu-test"]
         ]
+        # any other host (an address the inventory names, a jump host) uses the same files
+        blocks.append(
+            f"Host *\n  IdentityFile {self.client_key}\n  UserKnownHostsFile {self.known_hosts}\n"
+        )
         config.write_text("".join(blocks))
         return config
+
+    def settings(self, **changes: object) -> SshSettings:
+        """Settings that reach this server with no config file: its key only, no agent, its
+        known_hosts only (`ssh -F /dev/null -o ...`)."""
+        return SshSettings(
+            **{"config_file": Path(os.devnull), "options": self.options(), **changes}
+        )  # type: ignore[arg-type]
+
+    def options(self) -> tuple[str, ...]:
+        return (
+            f"UserKnownHostsFile={self.known_hosts}",
+            f"IdentityFile={self.client_key}",
+            "IdentitiesOnly=yes",
+            "IdentityAgent=none",
+        )
 
 
 def _user() -> str:
@@ -149,16 +200,27 @@ def _user() -> str:
 def run_gpuconsole(home: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     """``gpuconsole ARGS`` as a user runs it: a subprocess whose HOME is ``home`` (its
     ``~/.ssh`` names the test servers), with no SSH agent."""
-    env = {**os.environ, "HOME": str(home)}
-    env.pop("SSH_AUTH_SOCK", None)
     return subprocess.run(
         [sys.executable, "-m", "gpuconsole", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=user_env(home),
         timeout=timeout,
         check=False,
     )
+
+
+def user_env(home: Path) -> dict[str, str]:
+    """The environment of a user whose home is ``home``: its ``~/.ssh/config`` (handed to the
+    console as `ssh -F` would be, since ssh takes `~` from the password database), no agent."""
+    config = home / ".ssh" / "config"
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "GPUCONSOLE_SSH_CONFIG": str(config) if config.exists() else os.devnull,
+    }
+    env.pop("SSH_AUTH_SOCK", None)
+    return env
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:

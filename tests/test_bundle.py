@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EPOCH, NOW
-from sshd import Sshd, sshd_available
+from sshd import Sshd, sshd_available, user_env
 
 from gpuconsole import audit, paths
 from gpuconsole.actions.bundle.archive import BundleError
@@ -80,9 +80,7 @@ def ssh_target(sshd: Sshd) -> Target:
 
 
 def ssh_settings(sshd: Sshd) -> SshSettings:
-    return SshSettings(
-        known_hosts=sshd.known_hosts, client_keys=(sshd.client_key,), config_files=()
-    )
+    return sshd.settings()
 
 
 def members(path: Path) -> dict[str, str]:
@@ -323,9 +321,9 @@ def test_bundle_of_an_ssh_host_as_a_user_runs_it(
     sshd: Sshd, standin: tuple[Path, Path], tmp_path: Path, audit_log: Path
 ) -> None:
     standin_journal(standin[0])
-    sshd.ssh_config(["gpu-test"])
-    env = {**os.environ, "HOME": str(sshd.home)}
-    env.pop("SSH_AUTH_SOCK", None)
+    config = sshd.ssh_config(["gpu-test"])
+    assert config.exists()
+    env = user_env(sshd.home)
     done = subprocess.run(
         [*GPUCONSOLE, "bundle", "gpu-test", "--hosts", "gpu-test", "-o", str(tmp_path), "--json"],
         capture_output=True,

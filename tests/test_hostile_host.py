@@ -29,13 +29,12 @@ from hostile import (
     start_hostile_process,
     unsafe_texts,
 )
-from sshd import Sshd, sshd_available
+from sshd import Sshd, sshd_available, user_env
 from standin import write_standin_smi
 
 from gpuconsole.health import evaluate
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.source import SshSource
-from gpuconsole.hosts.ssh import SshSettings
 from gpuconsole.hosts.supervisor import Backoff, Supervisor
 from gpuconsole.model import HostSnapshot
 from gpuconsole.terminal import PLAIN_OUTPUT_ENV
@@ -66,8 +65,7 @@ def hostile_sshd(tmp_path: Path) -> Iterator[Sshd]:
 
 def _env(server: Sshd, tmp_path: Path) -> dict[str, str]:
     env = {
-        **os.environ,
-        "HOME": str(server.home),
+        **user_env(server.home),
         "TERM": "xterm-256color",
         "COLORTERM": "truecolor",
         "LANG": "C.UTF-8",
@@ -79,13 +77,7 @@ def _env(server: Sshd, tmp_path: Path) -> dict[str, str]:
 
 
 def _read(server: Sshd) -> HostSnapshot:
-    settings = SshSettings(
-        known_hosts=server.known_hosts,
-        client_keys=(server.client_key,),
-        config_files=(),
-        keepalive_interval=1.0,
-        keepalive_count_max=2,
-    )
+    settings = server.settings(keepalive_interval=1.0, keepalive_count_max=2)
     user = server.home.owner()
     host = HostDefaults(user=user, port=server.port, connect_timeout=5.0).entry(
         "gpu-test", "127.0.0.1"

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sshd import user_env
 from standin import write_standin_smi
 
 from gpuconsole import paths
@@ -176,8 +177,7 @@ def ssh_home(sshd, tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_launch_over_ssh_runs_with_the_inventorys_python(ssh_home) -> None:
     home, inventory = ssh_home
-    env = {**os.environ, "HOME": str(home)}
-    env.pop("SSH_AUTH_SOCK", None)
+    env = user_env(home)
     args = ("launch", "resnet50", "--host", "gpu-a", "--gpus", "1", "--inventory", str(inventory))
     done = gpuconsole(*args, "--json", *CPU_RUN, env=env)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sshd import user_env
 from test_launch import CPU_RUN, gpuconsole
 
 from gpuconsole.actions.launch.commands import RDZV_PORT, LaunchError, LaunchSpec, node_command
@@ -135,8 +136,7 @@ def two_nodes(sshd, tmp_path: Path) -> tuple[dict[str, str], Path]:
     sshd.ssh_config(["gpu-a", "gpu-b"])
     inventory = tmp_path / "hosts.toml"
     inventory.write_text(f'[defaults]\npython = "{sys.executable}"\n[hosts.gpu-a]\n[hosts.gpu-b]\n')
-    env = {**os.environ, "HOME": str(sshd.home)}
-    env.pop("SSH_AUTH_SOCK", None)
+    env = user_env(sshd.home)
     return env, inventory
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from slurm_standin import write_standin_slurm
+from sshd import user_env
 from test_launch import CPU_RUN, gpuconsole
 
 from gpuconsole.actions.launch.commands import LaunchSpec, slurm_command
@@ -45,8 +46,7 @@ def login_node(sshd, standin: tuple[Path, Path], tmp_path: Path) -> tuple[dict[s
     sshd.ssh_config(["login"])
     inventory = tmp_path / "hosts.toml"
     inventory.write_text(f'[defaults]\npython = "{sys.executable}"\n[hosts.login]\n')
-    env = {**os.environ, "HOME": str(sshd.home)}
-    env.pop("SSH_AUTH_SOCK", None)
+    env = user_env(sshd.home)
     return env, inventory
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sshd import user_env
 from standin import write_standin_smi
 
 from gpuconsole import paths
@@ -123,7 +124,7 @@ def test_the_trials_run_over_ssh_with_the_inventorys_python(sshd, tmp_path: Path
     sshd.ssh_config(["gpu-a"])
     inventory = tmp_path / "hosts.toml"
     inventory.write_text(f'[hosts.gpu-a]\npython = "{sys.executable}"\n')
-    env = {**os.environ, "HOME": str(sshd.home)}
+    env = user_env(sshd.home)
     done = gpuconsole("memory", "bert", "--host", "gpu-a", "--inventory", str(inventory),
                       "--fixes", "bf16+checkpoint", "--target", "0.03", "--steps", "2", "--json",
                       *TINY, env=env)  # fmt: skip

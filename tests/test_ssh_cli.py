@@ -16,7 +16,6 @@ from sshd import Sshd, free_port, run_gpuconsole, sshd_available
 from gpuconsole.app import GpuConsoleApp
 from gpuconsole.hosts.inventory import hosts_from_option
 from gpuconsole.hosts.source import FleetSource, SshSource
-from gpuconsole.hosts.ssh import SshSettings
 from gpuconsole.hosts.supervisor import Backoff, Supervisor
 from gpuconsole.model import HostState
 from gpuconsole.screens.fleet import FleetScreen
@@ -41,7 +40,15 @@ def test_hosts_check_reports_each_host_by_name_from_ssh_config(home: Path) -> No
     done = run_gpuconsole(home, "hosts", "check", "--json", "--hosts", "gpu-test,gpu-off")
     assert done.returncode == 2, done.stderr
     results = {r["name"]: r for r in json.loads(done.stdout)}
-    assert results["gpu-test"] == {"name": "gpu-test", "state": "live", "reason": None, "gpus": 8}
+    assert results["gpu-test"] == {
+        "name": "gpu-test",
+        "state": "live",
+        "reason": None,
+        "gpus": 8,
+        "answered_by": "reading",
+        "notices": [],
+    }
+    assert results["gpu-off"]["answered_by"] == "answer"
     assert results["gpu-off"]["state"] == "down"
     assert "connection refused" in results["gpu-off"]["reason"]
     assert results["gpu-off"]["gpus"] is None
@@ -90,9 +97,7 @@ def test_hosts_check_without_an_inventory_says_how_to_give_one(home: Path) -> No
 
 async def test_the_fleet_screen_shows_an_ssh_host_live_then_down(sshd: Sshd) -> None:
     host = hosts_from_option(f"127.0.0.1:{sshd.port}").hosts[0]
-    settings = SshSettings(
-        known_hosts=sshd.known_hosts, client_keys=(sshd.client_key,), config_files=()
-    )
+    settings = sshd.settings()
     supervisor = Supervisor(
         [host], settings, interval=0.2, agent_mode="sim", backoff=Backoff(0.2, 1.0)
     )

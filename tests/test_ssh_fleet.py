@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -41,14 +44,7 @@ def entry(server: Sshd, name: str = "gpu-test", **changes: object) -> HostEntry:
 
 
 def settings(server: Sshd, **changes: object) -> SshSettings:
-    base = {
-        "known_hosts": server.known_hosts,
-        "client_keys": (server.client_key,),
-        "config_files": (),
-        "keepalive_interval": 1.0,
-        "keepalive_count_max": 2,
-    }
-    return SshSettings(**{**base, **changes})  # type: ignore[arg-type]
+    return server.settings(**{"keepalive_interval": 1.0, "keepalive_count_max": 2, **changes})
 
 
 def source_for(server: Sshd, mode: str = "sim", **options: object) -> SshSource:
@@ -188,22 +184,36 @@ def test_a_changed_host_key_is_refused_loudly_and_not_retried(sshd: Sshd, tmp_pa
         source.close()
 
 
-def test_an_unknown_host_key_is_refused(sshd: Sshd) -> None:
+def test_an_unknown_host_key_is_refused_until_someone_adds_it(sshd: Sshd) -> None:
     sshd.known_hosts.write_text("")
     source = source_for(sshd)
     link = source.supervisor.link("gpu-test")
     try:
         source.settle(15)
-        assert link.state is HostState.DOWN
+        assert link.state is HostState.HOST_KEY_UNKNOWN
         assert "host key unknown" in (link.reason or "")
+        assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> {sshd.known_hosts}" in (link.reason or "")
         assert link.connects == 0
+        sshd.trust(sshd.host_key)  # what the reason says to do, done
+        wait_for(lambda: link.state is HostState.LIVE, 15, "the host once its key is known")
     finally:
         source.close()
 
 
 def test_a_wrong_key_is_an_auth_failure(sshd: Sshd, tmp_path: Path) -> None:
     stranger = keygen(tmp_path / "stranger")
-    source = source_for(sshd, settings=settings(sshd, client_keys=(stranger,)))
+    source = source_for(
+        sshd,
+        settings=settings(
+            sshd,
+            options=(
+                f"UserKnownHostsFile={sshd.known_hosts}",
+                f"IdentityFile={stranger}",
+                "IdentitiesOnly=yes",
+                "IdentityAgent=none",
+            ),
+        ),
+    )
     link = source.supervisor.link("gpu-test")
     try:
         source.settle(15)
@@ -301,3 +311,33 @@ def _user() -> str:
 
 def _fields(host: HostEntry) -> dict[str, object]:
     return {name: getattr(host, name) for name in HostEntry.__slots__}  # type: ignore[attr-defined]
+
+
+# --- a host that lets the console in but has no GPU to read -----------------------------------
+
+
+@pytest.fixture
+def driverless(tmp_path: Path) -> Iterator[Sshd]:
+    """An sshd whose sessions have python3 but neither NVML nor nvidia-smi."""
+    path = f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin"
+    if shutil.which("nvidia-smi", path=path) is not None:
+        pytest.skip("this machine has nvidia-smi")
+    server = Sshd(tmp_path / "sshd-bare", env={"PATH": path}).start()
+    yield server
+    server.kill()
+
+
+def test_a_host_without_a_driver_is_no_driver_with_the_agents_words(driverless: Sshd) -> None:
+    """Logged in, no reading: a definite answer (the main today sat in `connecting` with
+    "connected, starting the agent" until hosts check gave up)."""
+    source = source_for(driverless, mode="auto")
+    link = source.supervisor.link("gpu-test")
+    try:
+        started = time.monotonic()
+        source.settle(30)
+        assert time.monotonic() - started < 25, "settle waited as if no answer came"
+        assert link.state is HostState.NO_DRIVER, (link.state, link.reason)
+        assert link.reason is not None and link.reason.startswith("gpu-test: logged in, but")
+        assert "nvidia-smi" in link.reason, link.reason
+    finally:
+        source.close()

@@ -9,16 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from sshd import Sshd, sshd_available
+from sshd import Sshd, sshd_available, user_env
 
 from gpuconsole.actions.verify.checks import CHECKS
 
 
 def gpuconsole(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    if home is not None:
-        env["HOME"] = str(home)
-        env.pop("SSH_AUTH_SOCK", None)
+    env = dict(os.environ) if home is None else user_env(home)
     return subprocess.run(
         [sys.executable, "-m", "gpuconsole", "verify", *args],
         capture_output=True,

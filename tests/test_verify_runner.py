@@ -13,7 +13,6 @@ from gpuconsole.actions.verify.output import exit_code, reports_text
 from gpuconsole.actions.verify.runner import verify_targets, verify_with
 from gpuconsole.actions.verify.shell import LocalShell
 from gpuconsole.hosts.inventory import HostDefaults
-from gpuconsole.hosts.ssh import SshSettings
 from gpuconsole.hosts.targets import Context, Target
 
 
@@ -102,9 +101,7 @@ async def test_hosts_verify_concurrently_over_ssh_and_an_unreachable_one_is_repo
     closed = HostDefaults(user=_user(), port=free_port(), connect_timeout=5.0).entry(
         "gpu-off", "127.0.0.1"
     )
-    settings = SshSettings(
-        known_hosts=sshd.known_hosts, client_keys=(sshd.client_key,), config_files=()
-    )
+    settings = sshd.settings()
     checks = [echo_check("whoami", Probe("whoami", "id -un"))]
     targets = [
         Target("gpu-test", reachable, Context("gpu-test")),

@@ -14,7 +14,9 @@ def add(commands: Subcommands) -> None:
     hosts = commands.add_parser("hosts", help="the SSH hosts of the inventory")
     hosts_commands = hosts.add_subparsers(dest="hosts_command", metavar="COMMAND", required=True)
     check = hosts_commands.add_parser(
-        "check", help="connect to each host once; print name, state, reason and GPU count"
+        "check",
+        help="connect to each host once; wait for its first reading or definite answer; print "
+        "name, state, which it was, GPU count and reason",
     )
     check.add_argument("--json", action="store_true", help="print JSON instead of text")
     add_inventory_options(check)

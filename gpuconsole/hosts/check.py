@@ -1,7 +1,13 @@
-"""`gpuconsole hosts check`: connect to every host of the inventory once and say how each is."""
+"""`gpuconsole hosts check`: connect to every host of the inventory once and say how each is.
+
+Each host is waited for until its first reading or its first definite answer (a refused host
+key, a refused login, a refused connection, an agent that cannot read GPUs), and the result
+says which it was.
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from gpuconsole.hosts.inventory import Inventory
@@ -10,53 +16,71 @@ from gpuconsole.hosts.ssh import SshSettings
 from gpuconsole.hosts.supervisor import Supervisor
 from gpuconsole.model import HostState
 
+READING, ANSWER, TIMEOUT = "reading", "answer", "timeout"
+"""What ended the wait for a host: its first reading, a definite answer, or the timeout."""
+
 
 @dataclass(frozen=True, slots=True)
 class HostCheck:
-    """One host's answer: its state (the words of `HostState`), why, and its GPU count."""
+    """One host's answer: its state (the words of `HostState`), why, its GPU count, what ended
+    the wait for it (`READING`, `ANSWER`, `TIMEOUT`), and what connecting changed."""
 
     name: str
     state: str
     reason: str | None
     gpus: int | None
+    answered_by: str = READING
+    notices: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         return self.state == HostState.LIVE.value and self.reason is None
 
     def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "state": self.state, "reason": self.reason, "gpus": self.gpus}
+        return {
+            "name": self.name,
+            "state": self.state,
+            "reason": self.reason,
+            "gpus": self.gpus,
+            "answered_by": self.answered_by,
+            "notices": list(self.notices),
+        }
 
 
 def check_hosts(
     inventory: Inventory, settings: SshSettings | None = None, timeout: float | None = None
 ) -> list[HostCheck]:
-    """Connect to every host at once (bounded), wait for its first reading or first failure.
+    """Connect to every host at once (bounded), wait for each one's first reading or definite
+    answer.
 
     ``timeout`` defaults to the longest connect timeout of the inventory plus the agent's start.
     """
     wait = timeout or max(h.connect_timeout for h in inventory.hosts) + 5.0
     source = SshSource(Supervisor(inventory.hosts, settings))
+    started = time.monotonic()
     try:
         source.settle(wait)
-        return [_result(source.supervisor, name, wait) for name in source.hosts]
+        waited = time.monotonic() - started
+        return [_result(source.supervisor, name, waited) for name in source.hosts]
     finally:
         source.close()
 
 
 def _result(supervisor: Supervisor, name: str, waited: float) -> HostCheck:
     link = supervisor.link(name)
-    gpus = len(link.latest.gpus) if link.latest is not None else None
+    notices = tuple(link.notices)
     if link.latest is not None:
+        gpus = len(link.latest.gpus)
         expected = link.entry.expected_gpus
         reason = None
         if expected is not None and gpus != expected:
             reason = f"{name}: {gpus} GPUs found, the inventory expects {expected}"
-        return HostCheck(name, HostState.LIVE.value, reason, gpus)
-    if link.state is HostState.CONNECTING or link.state is HostState.LIVE:
-        reason = link.reason or f"{name}: no reading within {waited:g} s"
-        return HostCheck(name, HostState.DOWN.value, reason, None)
-    return HostCheck(name, link.state.value, link.reason, None)
+        return HostCheck(name, HostState.LIVE.value, reason, gpus, READING, notices)
+    if link.state is not HostState.CONNECTING:
+        return HostCheck(name, link.state.value, link.reason, None, ANSWER, notices)
+    last = f" ({link.reason})" if link.reason else ""
+    reason = f"{name}: no reading and no definite answer within {waited:.0f} s{last}"
+    return HostCheck(name, HostState.DOWN.value, reason, None, TIMEOUT, notices)
 
 
 def exit_code(results: list[HostCheck]) -> int:
@@ -67,9 +91,14 @@ def exit_code(results: list[HostCheck]) -> int:
 
 
 def results_text(results: list[HostCheck]) -> str:
+    """One line per host (name, state, what ended the wait, GPUs, reason), then its notices."""
     width = max(len(r.name) for r in results)
     lines = []
     for r in results:
         gpus = "-" if r.gpus is None else f"{r.gpus} GPUs"
-        lines.append(f"{r.name:<{width}}  {r.state:<17}  {gpus:>7}  {r.reason or ''}".rstrip())
+        lines.append(
+            f"{r.name:<{width}}  {r.state:<17}  {r.answered_by:<7}  {gpus:>7}  "
+            f"{r.reason or ''}".rstrip()
+        )
+        lines += [f"{'':<{width}}  note: {notice}" for notice in r.notices]
     return "\n".join(lines)

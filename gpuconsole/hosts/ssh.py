@@ -1,77 +1,87 @@
-"""Opening an SSH connection to one host of the inventory, with OpenSSH's decisions.
+"""Opening an SSH connection to one host of the inventory, deciding as OpenSSH's `ssh` does.
 
-asyncssh verifies the server's key against known_hosts, but it has no `StrictHostKeyChecking`:
-what an unknown or a changed key means is decided here. A changed key is refused loudly and
-never retried by itself (it may be an attack, or a reinstalled host: a person must decide); an
-unknown one is refused with the command that would add it. Keys come from the SSH agent, the
-default key files and `~/.ssh/config`, which asyncssh reads, so `Host` aliases work by name.
+An admin's `ssh -o BatchMode=yes gpu07` is the judge: where it connects, the console connects;
+where it refuses a key, the console refuses it the same way. So every setting is `ssh -G`'s
+(`gpuconsole.hosts.ssh_config`), and asyncssh is given them explicitly and reads no config
+itself. Host keys are decided here from exactly the files ssh reads for the host
+(`UserKnownHostsFile`, `GlobalKnownHostsFile`), looked up under the name ssh looks up
+(`HostKeyAlias`, else `[HostName]:Port`, and then the bare `HostName` where no line names the
+port), with `@cert-authority` and `@revoked` lines (`gpuconsole.hosts.known_hosts`):
 
-The files are untrusted input, and a bad one is a reason, never a traceback or a host left
-"connecting": an ssh config that is not text or includes itself, a known_hosts line that cannot
-be read, a port out of range are each named (file, and line where known). Where OpenSSH decides,
-the console decides the same:
-
+- a revoked key, or a host certificate signed by a revoked CA, is refused in every mode, loudly,
+  and not retried; so is a key that differs from the known ones (of any type: OpenSSH 9
+  calls a host whose known key is ECDSA and which shows ED25519 "changed" too; ssh with
+  `StrictHostKeyChecking no` would connect with warnings; the console never does: it may be an
+  attack, and a person must decide);
+- an unknown key is refused with the command that adds it, unless `StrictHostKeyChecking` is
+  `accept-new` (or `no`): then it is added to the first `UserKnownHostsFile`, hashed when
+  `HashKnownHosts` says so, the caller is told and the audit log says so;
 - a private key file that its owner lets group or others read is ignored, as `sshkey_perm_ok`
   does ("UNPROTECTED PRIVATE KEY FILE"), and said in the reason when the login then fails;
-- Includes nest at most 16 deep (OpenSSH's READCONF_MAX_DEPTH);
 - the agent is never forwarded, whatever `ForwardAgent` says: a watched node's users are not
   trusted, and the console stays connected for days. Jump hosts (the inventory's `jump`, or
-  `ProxyJump` from ssh config) are connected here too, hop by hop, so that the same holds for
-  them, and their keys are checked against the same known_hosts.
+  `ProxyJump` from ssh config) are connected here too, hop by hop, each with its own settings
+  and host keys.
+
+Each refusal is a `ConnectFailure`: the host's state and one line naming the file and line that
+decided.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
-import locale
 import os
-import shlex
 import socket
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncssh
 
-from gpuconsole.hosts.inventory import PORTS, HostEntry, InventoryError, jump_hosts
+from gpuconsole import audit, paths
+from gpuconsole.hosts.inventory import HostEntry, InventoryError, jump_hosts
+from gpuconsole.hosts.known_hosts import (
+    HostKeys,
+    append_known_host,
+    host_keys,
+    known_hosts_line,
+    lookup_name,
+)
+from gpuconsole.hosts.ssh_config import SshConfig, SshConfigError, read_ssh_config, user_home
 from gpuconsole.model import HostState
 from gpuconsole.untrusted import visible
 
-DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
-DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
-MAX_INCLUDE_DEPTH = 16
-"""OpenSSH's READCONF_MAX_DEPTH: deeper Includes are a loop, or as good as one."""
 MAX_JUMPS = 8
 """Hops in a ProxyJump chain, counting the jump hosts' own ProxyJump: more is a loop."""
 MAX_REASON_CHARS = 500
-# The identity files OpenSSH tries when none is configured (and asyncssh's id_ed448).
-_DEFAULT_KEY_FILES = (
-    "id_rsa",
-    "id_ecdsa",
-    "id_ecdsa_sk",
-    "id_ed25519",
-    "id_ed25519_sk",
-    "id_xmss",
-    "id_dsa",
-    "id_ed448",
-)
+HOST_KEY_ADDED = "host-key-added"
+"""The audit log's word for a key `accept-new` added to known_hosts."""
 
 
 @dataclass(frozen=True, slots=True)
 class SshSettings:
     """What every connection of the console shares (the inventory holds what is per host)."""
 
-    known_hosts: Path = DEFAULT_KNOWN_HOSTS
-    client_keys: tuple[Path, ...] | None = None
-    """Private keys to offer; None: the SSH agent and the default key files, as ssh does."""
-    config_files: tuple[Path, ...] | None = None
-    """OpenSSH client config files; None: ~/.ssh/config."""
+    config_file: Path | None = field(default_factory=paths.ssh_config_file)
+    """The file given to `ssh -F`; None: ssh's own (`~/.ssh/config`, `/etc/ssh/ssh_config`)."""
+    options: tuple[str, ...] = ()
+    """`KEYWORD=VALUE` options, as `ssh -o` takes them: they win over the config files."""
     keepalive_interval: float = 5.0
     """A dropped link can leave a read waiting forever; keepalives find it within
     ``keepalive_interval × keepalive_count_max`` seconds."""
     keepalive_count_max: int = 3
+
+    def ssh_command(self, name: str) -> str:
+        """How to run the `ssh` that sees these settings, for a reason to quote."""
+        words = ["ssh"]
+        if self.config_file is not None:
+            words += ["-F", str(self.config_file)]
+        for option in self.options:
+            words += ["-o", option]
+        return " ".join([*words, name])
 
 
 class ConnectFailure(Exception):
@@ -85,35 +95,24 @@ class ConnectFailure(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """One connection as asyncssh will make it, decided before any packet is sent."""
-
-    options: dict[str, object]
-    """asyncssh.connect's keyword arguments."""
-    host: str  # where it connects: the address after ssh config's HostName
-    port: int
-    jump: str | None  # ProxyJump hops: the inventory's, else ssh config's
-    ignored_keys: tuple[str, ...]  # why each key file was not offered, in OpenSSH's words
-    known_hosts: Path
-
-
 async def connect(
     entry: HostEntry,
     settings: SshSettings,
     *,
     via: asyncssh.SSHClientConnection | None = None,
     hops: int = 0,
+    notices: list[str] | None = None,
 ) -> asyncssh.SSHClientConnection:
     """Connect and authenticate, or raise `ConnectFailure` saying why, naming the host.
 
     ``via``: the jump host connection to tunnel through (the hop before, in a ProxyJump chain);
-    ``hops``: how many jump hosts lead here, to stop a chain that loops.
+    ``hops``: how many jump hosts lead here, to stop a chain that loops; ``notices``: where to
+    say what the connection changed (a host key `accept-new` added), one line each.
     """
     plan = await asyncio.to_thread(_plan, entry, settings)
     tunnel = via
     if via is None and plan.jump is not None:
-        tunnel = await _jump_through(entry, plan.jump, settings, hops)
+        tunnel = await _jump_through(entry, plan.jump, settings, hops, notices)
     try:
         connection = await _open(entry, plan, tunnel)
     except BaseException:
@@ -122,11 +121,17 @@ async def connect(
         raise
     if tunnel is not None:
         connection.set_tunnel(tunnel)  # closed with this connection, as asyncssh does its own
+    if plan.judge.added is not None and notices is not None:
+        notices.append(plan.judge.added)
     return connection
 
 
 async def _jump_through(
-    entry: HostEntry, jump: str, settings: SshSettings, hops: int
+    entry: HostEntry,
+    jump: str,
+    settings: SshSettings,
+    hops: int,
+    notices: list[str] | None,
 ) -> asyncssh.SSHClientConnection:
     """The connection to the last hop of ``jump``, each hop reached through the one before."""
     try:
@@ -143,7 +148,7 @@ async def _jump_through(
     tunnel: asyncssh.SSHClientConnection | None = None
     try:
         for hop in chain:
-            tunnel = await connect(hop, settings, via=tunnel, hops=hops)
+            tunnel = await connect(hop, settings, via=tunnel, hops=hops, notices=notices)
     except BaseException as error:
         if tunnel is not None:
             tunnel.close()  # and the hops before it, through set_tunnel
@@ -157,15 +162,21 @@ async def _jump_through(
 async def _open(
     entry: HostEntry, plan: _Plan, tunnel: asyncssh.SSHClientConnection | None
 ) -> asyncssh.SSHClientConnection:
+    config = plan.config
     try:
-        return await asyncssh.connect(entry.address, tunnel=tunnel, **plan.options)  # type: ignore[arg-type]
-    except asyncssh.HostKeyNotVerifiable:
-        raise _host_key_failure(entry, plan) from None
+        return await asyncssh.connect(  # type: ignore[arg-type]
+            config.hostname,
+            tunnel=tunnel,
+            client_factory=functools.partial(_Client, plan.judge),
+            **plan.options,
+        )
+    except asyncssh.HostKeyNotVerifiable as error:
+        raise _host_key_failure(entry, plan, error.reason) from None
     except asyncssh.PermissionDenied as error:
         ignored = "".join(f"; {why}" for why in plan.ignored_keys)
         raise ConnectFailure(
             HostState.AUTH_FAILED,
-            f"{entry.name}: authentication refused for user {entry.user or 'from ssh config'} "
+            f"{entry.name}: authentication refused for user {config.user} "
             f"({error.reason or 'no key was accepted'}){ignored}; not retried until the console "
             "restarts",
         ) from None
@@ -178,256 +189,241 @@ async def _open(
         raise ConnectFailure(HostState.DOWN, f"{entry.name}: SSH: {error.reason}") from None
     except OSError as error:
         raise ConnectFailure(
-            HostState.DOWN, f"{entry.name}: {_os_reason(error)} ({plan.host}:{plan.port})"
+            HostState.DOWN,
+            f"{entry.name}: {_os_reason(error)} ({config.hostname}:{config.port})",
         ) from None
     except ValueError as error:  # what asyncssh reads only now: a key file it cannot import...
         raise ConnectFailure(HostState.DOWN, f"{entry.name}: SSH: {error}") from None
 
 
-# --- the plan: every file read and every setting checked before connecting --------------------
+# --- the plan: every file read and every setting decided before connecting --------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One connection as asyncssh will make it, decided before any packet is sent."""
+
+    config: SshConfig
+    options: dict[str, object]
+    """asyncssh.connect's keyword arguments."""
+    jump: str | None  # ProxyJump hops: the inventory's, else ssh config's
+    ignored_keys: tuple[str, ...]  # why each key file was not offered, in OpenSSH's words
+    judge: _HostKeyJudge
+    settings: SshSettings
 
 
 def _plan(entry: HostEntry, settings: SshSettings) -> _Plan:
-    """What `connect` passes to asyncssh; `ConnectFailure` for a file or setting it must not get.
-
-    asyncssh's own option parser reads the ssh config here, so what is checked is what it will
-    do; it reads the files again when connecting (they are small)."""
-    config_files = _config_files(settings)
-    problem = _config_problem(config_files)
-    if problem is not None:
-        raise ConnectFailure(HostState.DOWN, f"{entry.name}: ssh config {problem}")
-    known_hosts = settings.known_hosts.expanduser()
+    """What `connect` passes to asyncssh; `ConnectFailure` for a setting ssh would refuse."""
+    try:
+        config = read_ssh_config(
+            entry.address,
+            user=entry.user,
+            port=entry.port,
+            config_file=settings.config_file,
+            options=settings.options,
+        )
+    except SshConfigError as error:
+        raise ConnectFailure(HostState.DOWN, f"{entry.name}: {error}") from None
+    keys = _known_keys(config)
     options: dict[str, object] = {
-        "known_hosts": _read_known_hosts(entry, known_hosts),
-        "config": [str(path) for path in config_files],
+        "port": config.port,
+        "username": config.user,
+        "config": [],  # every setting is ssh -G's, given here
+        "known_hosts": (
+            [known.key for known in keys.trusted()],
+            [known.key for known in keys.authorities if keys.revoked_entry(known.key) is None],
+            [known.key for known in keys.revoked],
+        ),
+        "host_key_alias": config.host_key_alias,
+        "server_host_key_algs": _host_key_algorithms(config, keys),
+        "x509_trusted_certs": None,
+        "agent_path": config.identity_agent,
+        "agent_forwarding": False,
         "connect_timeout": entry.connect_timeout,
         "login_timeout": entry.connect_timeout,
         "keepalive_interval": settings.keepalive_interval,
         "keepalive_count_max": settings.keepalive_count_max,
-        "agent_forwarding": False,
     }
-    if entry.user is not None:
-        options["username"] = entry.user
-    if entry.port is not None:
-        options["port"] = entry.port
-    if settings.client_keys is not None:
-        options["client_keys"] = [str(path.expanduser()) for path in settings.client_keys]
-        options["agent_path"] = None
-    # resolved without loading keys: which key files to load is decided from what it says
-    resolved = _resolved(entry, {**options, "client_keys": None}, config_files)
-    if not PORTS[0] <= resolved.port <= PORTS[1]:
-        raise ConnectFailure(
-            HostState.DOWN,
-            f"{entry.name}: ssh config {_named(config_files)}: Bad port '{resolved.port}' "
-            f"(a port is {PORTS[0]}..{PORTS[1]})",
-        )
-    ignored = _choose_keys(options, _key_files(settings, resolved))
-    jump = entry.jump if entry.jump is not None else resolved.tunnel
+    certificates = [str(path) for path in config.certificate_files if path.is_file()]
+    if certificates:
+        options["client_certs"] = certificates
+    ignored = _choose_keys(options, config.identity_files)
+    if config.identities_only:
+        # the agent's keys only where an identity file names them, as ssh's IdentitiesOnly
+        options["agent_identities"] = [
+            str(path) for path in config.identity_files if _identity_present(path)
+        ] or [_no_key()]
+    jump = entry.jump if entry.jump is not None else config.proxy_jump
     return _Plan(
+        config=config,
         options=options,
-        host=resolved.host,
-        port=resolved.port,
-        jump=jump if isinstance(jump, str) else None,
+        jump=jump,
         ignored_keys=ignored,
-        known_hosts=known_hosts,
+        judge=_HostKeyJudge(entry.name, config, keys),
+        settings=settings,
     )
 
 
-def _resolved(
-    entry: HostEntry, options: dict[str, object], config_files: Sequence[Path]
-) -> asyncssh.SSHClientConnectionOptions:
-    """The options as asyncssh resolves them with the ssh config for this host."""
-    try:
-        return asyncssh.SSHClientConnectionOptions(host=entry.address, **options)  # type: ignore[arg-type]
-    except asyncssh.ConfigParseError as error:  # "FILE line N: what"
-        raise ConnectFailure(HostState.DOWN, f"{entry.name}: ssh config {error}") from None
-    except (ValueError, OSError) as error:  # a key file it cannot import, an unreadable one...
-        raise ConnectFailure(HostState.DOWN, f"{entry.name}: SSH settings: {error}") from None
-    except Exception as error:
-        # asyncssh's parser meets the untrusted files first; what it fails on that the check
-        # before did not foresee is still a reason, not a traceback
-        raise ConnectFailure(
-            HostState.DOWN,
-            f"{entry.name}: ssh config {_named(config_files)} cannot be read "
-            f"({type(error).__name__}: {error})",
-        ) from None
+def _known_keys(config: SshConfig) -> HostKeys:
+    """The lines of ssh's files for this host, under the name ssh looks up; where none names
+    `[host]:port` (and no HostKeyAlias is set), ssh looks again under the bare host name."""
+    files = config.known_hosts_files
+    keys = host_keys(files, lookup_name(config.hostname, config.port, config.host_key_alias))
+    if keys.keys or keys.authorities or config.host_key_alias is not None or config.port == 22:
+        return keys
+    bare = host_keys(files, lookup_name(config.hostname, 22, None))
+    if not (bare.keys or bare.authorities):
+        return keys
+    return dataclasses.replace(bare, revoked=keys.revoked + bare.revoked)
 
 
-def _named(paths: Sequence[Path]) -> str:
-    return ", ".join(str(path) for path in paths) or "(none)"
+def _host_key_algorithms(config: SshConfig, keys: HostKeys) -> list[str]:
+    """ssh's HostKeyAlgorithms in ssh's order of preference for this host: the types of its
+    known keys first. Certificate types only where a CA is trusted for the host: ssh meets a
+    certificate it cannot check by checking the plain key, which asyncssh cannot, so the
+    server is asked for its plain key instead (the decision is the same)."""
+    supported = {alg.decode() for alg in asyncssh.public_key.get_public_key_algs()}
+    certificate = {alg.decode() for alg in asyncssh.public_key.get_certificate_algs()}
+    offered = [alg for alg in config.host_key_algorithms if alg in supported | certificate]
+    if not keys.authorities:
+        offered = [alg for alg in offered if alg not in certificate]
+    known = {alg.decode() for entry in keys.trusted() for alg in entry.key.sig_algorithms}
+    first = [alg for alg in offered if alg in certificate or alg in known]
+    return first + [alg for alg in offered if alg not in first] or sorted(supported)
 
 
-# --- ssh config files -------------------------------------------------------------------------
+class _Client(asyncssh.SSHClient):
+    """asyncssh asks this about a host key that no trusted line lists."""
+
+    def __init__(self, judge: _HostKeyJudge) -> None:
+        self._judge = judge
+
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
+        return self._judge.unknown_key(key)
 
 
-def _config_files(settings: SshSettings) -> tuple[Path, ...]:
-    """The files asyncssh reads: the settings' list, else ~/.ssh/config where it is readable."""
-    if settings.config_files is not None:
-        return tuple(path.expanduser() for path in settings.config_files)
-    default = DEFAULT_SSH_CONFIG.expanduser()
-    return (default,) if os.access(default, os.R_OK) else ()
+class _HostKeyJudge:
+    """What ssh does with a key no line trusts: refuses it, or (accept-new) adds it."""
 
+    def __init__(self, host: str, config: SshConfig, keys: HostKeys) -> None:
+        self.host = host
+        self.config = config
+        self.keys = keys
+        self.presented: asyncssh.SSHKey | None = None
+        self.added: str | None = None
+        """What was added to known_hosts, one line, once the key was taken."""
 
-def _config_problem(paths: Sequence[Path]) -> str | None:
-    """What keeps asyncssh from reading these files and their Includes, as `FILE line N: why`.
+    def unknown_key(self, key: asyncssh.SSHKey) -> bool:
+        self.presented = key
+        if self.keys.revoked_entry(key) is not None or self.keys.trusted():
+            return False  # revoked, or changed (another key is known): refused in every mode
+        if self.config.strict_host_key_checking not in ("accept-new", "no"):
+            return False
+        self.added = self._add(key)
+        return True
 
-    asyncssh reads them as text in the locale's encoding (it raises on other bytes, where
-    OpenSSH takes bytes as they are) and follows an Include loop until Python's recursion
-    limit (holding a file open per level): both are found here first."""
-    for path in paths:
-        problem = _file_problem(path, 0)
-        if problem is not None:
-            return problem
-    return None
-
-
-def _file_problem(path: Path, depth: int) -> str | None:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        return f"{path}: cannot read: {error.strerror or error}"
-    encoding = locale.getpreferredencoding(False)
-    for number, raw in enumerate(data.splitlines(), start=1):
-        try:
-            words = _words(raw.decode(encoding))
-        except UnicodeDecodeError:
-            return f"{path} line {number}: not {encoding} text"
-        if words[:1] == ["="]:  # asyncssh fails on it with an IndexError (ssh skips it)
-            return f"{path} line {number}: '=' with no keyword before it"
-        patterns = _include_patterns(words)
-        if patterns and depth == MAX_INCLUDE_DEPTH:
+    def _add(self, key: asyncssh.SSHKey) -> str:
+        """Add the key to the first UserKnownHostsFile as ssh does; what was done, one line."""
+        name, kind = self.keys.name, _key_type(key)
+        mode = f"StrictHostKeyChecking {self.config.strict_host_key_checking}"
+        files = self.config.user_known_hosts
+        if not files:
             return (
-                f"{path} line {number}: too many recursive Includes (more than "
-                f"{MAX_INCLUDE_DEPTH}; does a file include itself?)"
+                f"{self.host}: accepted the new {kind} key of {name} ({mode}); not kept, as "
+                "UserKnownHostsFile is none"
             )
-        for included in _included(patterns):
-            problem = _file_problem(included, depth + 1)
-            if problem is not None:
-                return problem
-    return None
-
-
-def _words(line: str) -> list[str]:
-    """A config line's shell words, as asyncssh splits it; none for a comment, or a line it
-    refuses itself (with its place)."""
-    line = line.strip()
-    if not line or line.startswith("#"):
-        return []
-    try:
-        return shlex.split(line)
-    except ValueError:
-        return []
-
-
-def _include_patterns(words: list[str]) -> list[str]:
-    """The patterns of an `Include` line (`Include a`, `Include=a`, `Include = a`, as asyncssh
-    reads them); none for any other line."""
-    keyword, _, rest = words[0].partition("=") if words else ("", "", "")
-    if keyword.lower() != "include":
-        return []
-    patterns, tail = [rest] if rest else [], words[1:]
-    while tail and tail[0].startswith("="):
-        patterns += [tail[0][1:]] if len(tail[0]) > 1 else []
-        tail = tail[1:]
-    return patterns + tail
-
-
-def _included(patterns: list[str]) -> list[Path]:
-    """The files Include patterns name, found as asyncssh finds them: globs, relative to
-    ~/.ssh unless absolute."""
-    found: list[Path] = []
-    for pattern in patterns:
-        path = Path(pattern).expanduser()
-        if path.anchor:
-            base, pattern = Path(path.anchor), str(Path(*path.parts[1:]))
-        else:
-            base = DEFAULT_SSH_CONFIG.expanduser().parent
+        target = files[0]
+        if not target.parent.is_dir() and target.parent != Path(user_home(), ".ssh"):
+            # ssh makes ~/.ssh if it is missing, and no other folder
+            return (
+                f"{self.host}: accepted the new {kind} key of {name} ({mode}) but could not add "
+                f"it to {target}: its folder does not exist"
+            )
         try:
-            found.extend(match for match in sorted(base.glob(pattern)) if match.is_file())
-        except (OSError, ValueError):  # an unreadable directory; a pattern glob refuses
-            continue
-    return found
+            append_known_host(
+                target, known_hosts_line(name, key, hashed=self.config.hash_known_hosts)
+            )
+        except (OSError, ValueError) as error:  # ValueError: a name ssh would not record
+            return (
+                f"{self.host}: accepted the new {kind} key of {name} ({mode}) but could not add "
+                f"it to {target}: {getattr(error, 'strerror', None) or error}"
+            )
+        audit.record(
+            HOST_KEY_ADDED,
+            host=self.host,
+            name=name,
+            file=str(target),
+            key_type=kind,
+            fingerprint=key.get_fingerprint(),
+        )
+        return (
+            f"{self.host}: permanently added the {kind} key of {name} to {target} ({mode}); "
+            f"{key.get_fingerprint()}"
+        )
 
 
-# --- known_hosts -------------------------------------------------------------------------------
-
-
-def _read_known_hosts(entry: HostEntry, path: Path) -> asyncssh.SSHKnownHosts | bytes:
-    """The known_hosts file, read once here (asyncssh would raise from inside the handshake);
-    no file is no trusted keys."""
-    if not path.is_file():
-        return b""
-    try:
-        return asyncssh.read_known_hosts(str(path))
-    except OSError as error:
-        raise ConnectFailure(
-            HostState.DOWN, f"{entry.name}: {path}: cannot read: {error.strerror or error}"
-        ) from None
-    except ValueError:  # UnicodeDecodeError too
-        raise ConnectFailure(
-            HostState.DOWN, f"{entry.name}: {_known_hosts_problem(path)}"
-        ) from None
-
-
-def _known_hosts_problem(path: Path) -> str:
-    """Which line of a known_hosts file asyncssh refuses, and why. OpenSSH skips such a line;
-    asyncssh refuses the whole file, so no host's key can be checked until it is fixed."""
-    encoding = locale.getpreferredencoding(False)
-    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
-        try:
-            asyncssh.import_known_hosts(raw.decode(encoding))
-        except UnicodeDecodeError:
-            return f"{path} line {number}: not {encoding} text; fix or delete the line"
-        except ValueError as error:
-            return f"{path} line {number}: {error}; fix or delete the line"
-    return f"{path}: cannot be read as known_hosts"
-
-
-def _host_key_failure(entry: HostEntry, plan: _Plan) -> ConnectFailure:
-    """A changed key (known_hosts lists other keys for the host) or an unknown host."""
-    port = None if plan.port == 22 else plan.port
-    target = plan.host if port is None else f"[{plan.host}]:{port}"
-    known_hosts = plan.options["known_hosts"]
-    trusted = asyncssh.match_known_hosts(known_hosts, plan.host, "", port)  # type: ignore[arg-type]
-    if trusted[0] or trusted[1]:
+def _host_key_failure(entry: HostEntry, plan: _Plan, why: str) -> ConnectFailure:
+    """The refusal, with the file and line that decided it: revoked, changed, or unknown."""
+    keys, judge, config = plan.judge.keys, plan.judge, plan.config
+    name = keys.name
+    if "revoked" in why:  # asyncssh's words, "Host key is revoked" / "Host CA key is revoked"
+        places = ", ".join(known.place for known in keys.revoked) or "a @revoked line"
+        what = "CA that signed the host certificate" if "CA" in why else "host key"
+        return ConnectFailure(
+            HostState.HOST_KEY_REVOKED,
+            f"{entry.name}: REFUSED: the {what} of {name} is revoked ({places}); the host "
+            "needs a new key, and a person to check why; not retried",
+        )
+    presented = judge.presented
+    if presented is not None and (changed := keys.same_type(presented) or keys.trusted()):
+        places = ", ".join(known.place for known in changed)
         return ConnectFailure(
             HostState.HOST_KEY_MISMATCH,
-            f"{entry.name}: REFUSED: the host key differs from the one in {plan.known_hosts} for "
-            f"{target}; it may have been reinstalled, or someone is in the middle. Confirm it, "
-            f"then `ssh-keygen -R '{target}'`",
+            f"{entry.name}: REFUSED: the {_key_type(presented)} host key of {name} "
+            f"({presented.get_fingerprint()}) differs from the one at {places}; it may have "
+            "been reinstalled, or someone is in the middle. Confirm it, then "
+            f"`ssh-keygen -R '{name}' -f {changed[0].path}`",
         )
+    files = ", ".join(str(path) for path in config.known_hosts_files) or "no file (none set)"
+    if presented is None:
+        detail = f" ({why})"
+    else:
+        detail = f": no {_key_type(presented)} key ({presented.get_fingerprint()})"
+    add = f"`{plan.settings.ssh_command(config.host)}` asks once"
+    if config.host_key_alias is None and config.user_known_hosts:
+        port = f"-p {config.port} " if config.port != 22 else ""
+        scan = f"`ssh-keyscan {port}{config.hostname} >> {config.user_known_hosts[0]}`"
+        add = f"{scan}, or {add}"
     return ConnectFailure(
-        HostState.DOWN,
-        f"{entry.name}: host key unknown: {target} is not in {plan.known_hosts}; check its "
-        f"fingerprint and add it (ssh {entry.address} once, or ssh-keyscan)",
+        HostState.HOST_KEY_UNKNOWN,
+        f"{entry.name}: host key unknown{detail} for {name} in {files}; "
+        f"StrictHostKeyChecking {config.strict_host_key_checking} refuses it. Check its "
+        f"fingerprint, then add it: {add}",
     )
+
+
+def _key_type(key: asyncssh.SSHKey) -> str:
+    """'ED25519', 'ECDSA', 'RSA': the word ssh uses for a key's type."""
+    algorithm = key.algorithm.decode()
+    for word in ("ed25519", "ed448", "ecdsa", "rsa", "dss"):
+        if word in algorithm:
+            return "DSA" if word == "dss" else word.upper()
+    return algorithm
 
 
 # --- private keys ------------------------------------------------------------------------------
 
 
-def _key_files(
-    settings: SshSettings, resolved: asyncssh.SSHClientConnectionOptions
-) -> tuple[Path, ...]:
-    """The private key files asyncssh would offer: the settings', else ssh config's
-    IdentityFile, else the default ones."""
-    if settings.client_keys is not None:
-        return tuple(path.expanduser() for path in settings.client_keys)
-    configured = resolved.config.get("IdentityFile")
-    if isinstance(configured, list) and configured:
-        return tuple(Path(str(path)).expanduser() for path in configured)
-    return tuple(Path("~/.ssh", name).expanduser() for name in _DEFAULT_KEY_FILES)
-
-
 def _choose_keys(options: dict[str, object], files: Sequence[Path]) -> tuple[str, ...]:
-    """Leave out the key files OpenSSH would ignore, and anything that is not a file (asyncssh
-    would read /dev/zero for ever); OpenSSH's words for each key file left out.
+    """Offer the identity files OpenSSH would use, leaving out those it ignores and anything
+    that is not a file (asyncssh would read /dev/zero for ever); OpenSSH's words for each key
+    file left out.
 
-    What is left is listed for asyncssh explicitly; asyncssh reads an empty list as "the
-    default files", so a key no server knows stands in for none, which keeps the agent asked."""
+    asyncssh reads an empty list as "the default files" (found through `$HOME`, which ssh
+    ignores), so a key no server knows stands in for none, which keeps the agent asked."""
     ignored = tuple(why for why in map(_unprotected, files) if why is not None)
-    if not ignored and all(path.is_file() or not path.exists() for path in files):
-        return ()
     kept = [
         str(path)
         for path in files
@@ -459,6 +455,12 @@ def _loadable(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return True
+
+
+def _identity_present(path: Path) -> bool:
+    """Whether an identity file, or its `.pub`, is there for IdentitiesOnly to match the
+    agent's keys against."""
+    return path.is_file() or Path(f"{path}.pub").is_file()
 
 
 @functools.cache

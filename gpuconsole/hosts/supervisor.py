@@ -4,8 +4,11 @@ running, and survives what hosts and links do.
 Per host: connect (at most ``max_connecting`` attempts at once, so a rack coming back does not
 storm the bastion), start the agent over the connection, read its lines. An agent that exits or
 falls silent is restarted on the same connection; a lost connection makes the host `down` with
-the reason and is retried with exponential backoff and jitter. A refused host key or a refused
-login is not retried: both need a person, and the console tries again when restarted.
+the reason and is retried with exponential backoff and jitter. A changed or revoked host key
+and a refused login are not retried: each needs a person, and the console tries again when
+restarted. An unknown host key is retried with the same backoff, so the console connects once
+someone has added the key. A host that lets the console log in but whose agent cannot read GPUs
+(no driver, no nvidia-smi) is `no-driver`, with the agent's words, until a reading comes.
 
 The supervisor keeps, per host, the newest reading not yet taken: `take` hands it to the fleet
 store once, so that a tick without a new reading counts as a miss there (stale after 3).
@@ -45,7 +48,9 @@ from gpuconsole.telemetry.wire import (
 from gpuconsole.untrusted import visible
 
 # States that no retry can mend: a person must act (then restart the console).
-NEEDS_A_PERSON = frozenset({HostState.AUTH_FAILED, HostState.HOST_KEY_MISMATCH})
+NEEDS_A_PERSON = frozenset(
+    {HostState.AUTH_FAILED, HostState.HOST_KEY_MISMATCH, HostState.HOST_KEY_REVOKED}
+)
 REPLY_TIMEOUT_S = 5.0
 LENT_CHANNELS = 4
 """Commands that actions may run at once on a watched host's connection: with a kill channel
@@ -84,6 +89,8 @@ class HostLink:
     malformed: int = 0
     agent_starts: int = 0
     connects: int = 0
+    notices: list[str] = field(default_factory=list)
+    """What connecting changed on this side (a host key added), one line each."""
     connection: asyncssh.SSHClientConnection | None = None
     process: asyncssh.SSHClientProcess[bytes] | None = None
     replies: dict[int, asyncio.Future[Reply]] = field(default_factory=dict)
@@ -186,7 +193,9 @@ class Supervisor:
         self._tasks = []
 
     async def settled(self, timeout: float) -> None:
-        """Wait until every host has a reading or has failed once, or ``timeout`` passes."""
+        """Wait until every host has its first reading or a definite answer (any state but
+        `connecting`: a refused connection, a refused key, an agent that reads no GPU), or
+        ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if all(
@@ -254,17 +263,17 @@ class Supervisor:
         while True:
             try:
                 async with connecting:
-                    connection = await connect(link.entry, self._settings)
+                    connection = await connect(link.entry, self._settings, notices=link.notices)
             except ConnectFailure as failure:
                 if failure.state in NEEDS_A_PERSON:
                     self._set(link, failure.state, failure.reason)
                     return  # retrying would only repeat the refusal (and trip fail2ban)
-                attempt = await self._pause(link, failure.reason, attempt)
+                attempt = await self._pause(link, failure.reason, attempt, failure.state)
                 continue
             attempt = 0
             link.connects += 1
             if link.state is not HostState.LIVE:
-                self._set(link, link.state, f"{link.name}: connected, starting the agent")
+                self._set(link, HostState.CONNECTING, f"{link.name}: connected, starting the agent")
             link.connection = connection
             try:
                 async with connection:
@@ -273,9 +282,11 @@ class Supervisor:
                 link.connection = None
             attempt = await self._pause(link, f"{link.name}: {reason}", attempt)
 
-    async def _pause(self, link: HostLink, reason: str, attempt: int) -> int:
-        """Mark the host down and wait out the backoff; the next attempt."""
-        self._set(link, HostState.DOWN, reason)
+    async def _pause(
+        self, link: HostLink, reason: str, attempt: int, state: HostState = HostState.DOWN
+    ) -> int:
+        """Put the host in ``state`` and wait out the backoff; the next attempt."""
+        self._set(link, state, reason)
         await asyncio.sleep(self._backoff.delay(attempt))
         return attempt + 1
 
@@ -292,6 +303,9 @@ class Supervisor:
             failures = 0 if produced else failures + 1
             with self._lock:
                 link.last_error = f"{link.name}: agent {exit_reason}; restarting it"
+                if link.state is not HostState.LIVE:  # it never read a GPU on this connection
+                    link.state = HostState.NO_DRIVER
+                    link.reason = f"{link.name}: logged in, but the agent {exit_reason}"
             await asyncio.sleep(self._backoff.delay(failures) if failures else 0.0)
 
     async def _run_agent(
@@ -344,6 +358,9 @@ class Supervisor:
         elif isinstance(event, AgentError):
             with self._lock:
                 link.last_error = f"{link.name}: {event.message}"
+                if link.state is not HostState.LIVE:  # logged in, and told why no GPU reads
+                    link.state = HostState.NO_DRIVER
+                    link.reason = f"{link.name}: logged in, but no GPU reading: {event.message}"
         elif isinstance(event, Reply):
             answer = link.replies.get(event.request_id)
             if answer is not None and not answer.done():

@@ -45,11 +45,17 @@ _STATE_STYLE = {
     HostState.DOWN: "severity-critical",
     HostState.AUTH_FAILED: "severity-critical",
     HostState.HOST_KEY_MISMATCH: "severity-critical",
+    HostState.HOST_KEY_UNKNOWN: "severity-critical",
+    HostState.HOST_KEY_REVOKED: "severity-critical",
+    HostState.NO_DRIVER: "severity-critical",
 }
 _STATE_SHORT = {
     HostState.CONNECTING: "conn",
     HostState.AUTH_FAILED: "auth",
     HostState.HOST_KEY_MISMATCH: "hkey",
+    HostState.HOST_KEY_UNKNOWN: "nokey",
+    HostState.HOST_KEY_REVOKED: "rvkd",
+    HostState.NO_DRIVER: "nodrv",
 }
 
 
