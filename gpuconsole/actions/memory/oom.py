@@ -1,19 +1,51 @@
 """PyTorch's "CUDA out of memory" message, read and explained.
 
-The message's wording changed with PyTorch's versions; each is parsed from its documented
-format (the caching allocator's message, c10/cuda/CUDACachingAllocator.cpp):
+The message is written by the caching allocator, ``DeviceCachingAllocator::malloc`` in
+c10/cuda/CUDACachingAllocator.cpp (read in pytorch/pytorch at 001074d2, torch 2.x; sizes through
+``format_size``, torch/include/c10/core/Allocator.h of the torch 2.13.0 wheel: two decimals, in
+bytes up to 1 KiB, KiB up to 1 MiB, MiB up to 1 GiB, else GiB). Its wording changed with the
+versions; each is parsed:
 
-- up to 2.0: ``Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.56 GiB already
-  allocated; 3.44 MiB free; 14.61 GiB reserved in total by PyTorch)``; before 1.5 the last
-  field read ``... MiB cached``;
-- 2.1 (with its typo ``capacty``) and later: ``Tried to allocate 1.00 GiB. GPU 0 has a total
-  capacity of 79.14 GiB of which 517.88 MiB is free. Process 4242 has 40.00 GiB memory in use.
-  Including non-PyTorch memory, this process has 38.62 GiB memory in use. Of the allocated memory
-  36.52 GiB is allocated by PyTorch, and 1.58 GiB is reserved by PyTorch but unallocated.``
+- up to 1.4: ``Tried to allocate 12.50 MiB (GPU 0; 10.92 GiB total capacity; 8.57 MiB already
+  allocated; 9.28 GiB free; 4.68 MiB cached)``, where "cached" is ``amount_cached -
+  amount_allocated`` (that era's THCCachingAllocator): reserved but unallocated, not the total;
+- 1.5 to 2.0: ``... 3.44 MiB free; 14.61 GiB reserved in total by PyTorch)``, the total;
+  ``N allowed;`` before it when ``torch.cuda.set_per_process_memory_fraction`` caps the process;
+- 2.1 (with its typo ``capacty``) and later: ``Tried to allocate X. GPU 0 has a total capacity of
+  T of which F is free. [Process N has M memory in use.] Including non-PyTorch memory, this
+  process has P memory in use. [C allowed; ]Of the allocated memory A is allocated by PyTorch,
+  [with G allocated in private pools (e.g., CUDA Graphs), ]and R is reserved by PyTorch but
+  unallocated.`` The process lines come from NVML, one a process on the card, and are missing
+  where NVML is.
 
-The cause is one of: the request alone exceeds the card; fragmentation (the reserved but
-unallocated memory could have held the request had it been contiguous); other processes hold the
-memory; or the job is simply too big. Each gets its fixes, cheapest first.
+What the figures are, in the allocator's words: X is the block it asked the driver for; T and F
+are ``cudaMemGetInfo``'s; P is this process on the card (its CUDA context, NCCL, cuBLAS too), so
+T - F - P is everyone else's; A is ``allocated_bytes`` and R is ``reserved_bytes - allocated_bytes``
+("reserved_bytes: bytes reserved by this memory allocator (both free and used)",
+c10/core/CachingDeviceAllocator.h). And by the time the message is written, "free_cached_blocks
+has already returned all possible 'cached' memory to the driver. The only remaining 'cached'
+memory is split from a larger block that is partially in-use": R is fragments, memory that only
+``expandable_segments`` (segments that grow, whose free pages are unmapped and mapped again where
+needed) makes usable. A real message from torch 2.11 on an H200 (tests/test_memory_oom.py) asked
+for 3.50 GiB with 2.30 GiB free and 7.40 GiB reserved but unallocated, another with 2.30 GiB
+free and 1.50 GiB unallocated; the same programs with ``expandable_segments:True`` did not fail.
+
+The cause, decided from those figures in this order (MiB; H, the headroom, is F less
+`DRIVER_MARGIN_MIB`, or under a cap the smaller of that and C - (A + R), the allocator's own check;
+the others' memory O is the console's reading of the card's processes when given, else T - F - P,
+or T - F - (A + R) - `CONTEXT_MIB` where the message has no P):
+
+1. request-exceeds-card: X > T; no setting helps, a shape or batch is wrong.
+2. unexplained: H >= X; the memory was there when PyTorch looked (freed in between, or a limit
+   the message does not show). The others are named when O is as large as in rule 4.
+3. fragmentation: R >= X; PyTorch's own reserved, unallocated memory could have held the request.
+4. other-processes: F - `DRIVER_MARGIN_MIB` < X, and O is at least X and `OTHERS_SHARE` of the
+   card: their memory alone would have served it.
+5. fragmentation: H + R >= X; the free memory and the fragments together would have.
+6. too-big: H + R < X; the job does not fit the card, or (when F would have served it) the share
+   it is allowed, and then raising that share is the first fix.
+
+Each gets its fixes, cheapest first; ``expandable_segments`` leads for fragmentation alone.
 """
 
 from __future__ import annotations
@@ -33,8 +65,9 @@ _UNITS_MIB = {"bytes": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0, "T
 _MARKER = re.compile(r"CUDA out of memory\. Tried to allocate " + _SIZE)
 _OLD = re.compile(
     r"\(GPU (\d{1,4}); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; "
-    r"" + _SIZE + r" free; " + _SIZE + r" (?:reserved in total by PyTorch|cached)"
-)
+    r"" + _SIZE + r" free; (?:" + _SIZE + r" allowed; )?" + _SIZE
+    + r" (reserved in total by PyTorch|cached)"
+)  # fmt: skip
 _NEW_TOTAL = re.compile(
     r"GPU (\d{1,4}) has a total (?:capacity|capacty) of "
     + _SIZE
@@ -44,20 +77,23 @@ _NEW_TOTAL = re.compile(
 )
 _NEW_PROCESS = re.compile(r"Process (\d{1,10}) has " + _SIZE + r" memory in use")
 _NEW_SELF = re.compile(r"this process has " + _SIZE + r" memory in use")
+_NEW_ALLOWED = re.compile(_SIZE + r" allowed; Of the allocated memory")
 _NEW_SPLIT = re.compile(
-    r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch, and " + _SIZE
+    r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch, (?:with " + _SIZE
+    + r" allocated in private pools \(e\.g\., CUDA Graphs\), )?and " + _SIZE
     + r" is reserved by PyTorch but unallocated"
 )  # fmt: skip
 
-FRAGMENTATION_SHARE = 0.10
-"""Reserved-but-unallocated memory is fragmentation worth naming when it could have held the
-request and is this share of what PyTorch reserved (a sliver of a full card's cache is not the
-cause), or when it is this share of the card and, with the free memory, would have held it."""
 OTHERS_SHARE = 0.10
 """Other processes holding more than this share of the card (and more than the request) are the
 cause: their memory alone would have served it."""
+DRIVER_MARGIN_MIB = 4.0
+"""How close to ``cudaMemGetInfo``'s free memory one allocation gets: on an H200 (driver 580,
+torch 2.11) the largest that worked was the free memory less 2 to 4 MiB, at 63 MiB, 299 MiB and
+2 GiB free alike."""
 CONTEXT_MIB = 512.0
-"""What a CUDA context takes outside PyTorch's allocator, roughly: not counted as another's."""
+"""What a CUDA context takes outside PyTorch's allocator, roughly (518 MiB for torch 2.11 on an
+H200): not counted as another's where the message does not say what this process holds."""
 
 
 class OomParseError(ValueError):
@@ -73,7 +109,7 @@ class OomMessage:
     total_mib: float | None
     free_mib: float | None
     allocated_mib: float | None
-    """By PyTorch's allocator: live tensors."""
+    """By PyTorch's allocator: live tensors (and, since 2.x, CUDA graphs' private pools)."""
     reserved_mib: float | None
     """By PyTorch's allocator in all: live tensors plus its cache."""
     process_mib: float | None = None
@@ -81,10 +117,12 @@ class OomMessage:
     others: tuple[tuple[int, float], ...] = ()
     """(pid, MiB) of other processes the message names."""
     version: str = "2.1+"
+    allowed_mib: float | None = None
+    """The cap `torch.cuda.set_per_process_memory_fraction` puts on this process, if any."""
 
     @property
     def unallocated_mib(self) -> float | None:
-        """Reserved but not allocated: the allocator's cache, fragmentation where it is split."""
+        """Reserved but not allocated: at the message, pieces of partly used segments."""
         if self.reserved_mib is None or self.allocated_mib is None:
             return None
         return max(0.0, self.reserved_mib - self.allocated_mib)
@@ -101,7 +139,7 @@ class OomDiagnosis:
     """The cause, in words and as a stable code, with the fixes ranked for it."""
 
     cause: str
-    """request-exceeds-card, fragmentation, other-processes or too-big."""
+    """request-exceeds-card, unexplained, fragmentation, other-processes or too-big."""
     summary: str
     message: OomMessage
     fixes: tuple[Fix, ...]
@@ -145,18 +183,21 @@ def parse_oom(text: str) -> OomMessage:
     old = _OLD.search(rest)
     if old is not None and old.start() < 5:
         g = old.groups()
-        version = "1.5-2.0" if "reserved" in old.group(0) else "up to 1.4"
+        allocated = _mib(g[3], g[4])
+        last = _mib(g[9], g[10])  # "cached" is what is reserved beyond the allocated
         return OomMessage(
             requested,
             int(g[0]),
             _mib(g[1], g[2]),
             _mib(g[5], g[6]),
-            _mib(g[3], g[4]),
-            _mib(g[7], g[8]),
-            version=version,
+            allocated,
+            last if g[11].startswith("reserved") else allocated + last,
+            version="1.5-2.0" if g[11].startswith("reserved") else "up to 1.4",
+            allowed_mib=_mib(g[7], g[8]) if g[7] is not None else None,
         )
     total = _NEW_TOTAL.search(rest)
     own = _NEW_SELF.search(rest)
+    allowed = _NEW_ALLOWED.search(rest)
     split = _NEW_SPLIT.search(rest)
     others = tuple(
         (int(m.group(1)), _mib(m.group(2), m.group(3))) for m in _NEW_PROCESS.finditer(rest)
@@ -164,7 +205,7 @@ def parse_oom(text: str) -> OomMessage:
     allocated = reserved = None
     if split is not None:
         allocated = _mib(split.group(1), split.group(2))
-        reserved = allocated + _mib(split.group(3), split.group(4))
+        reserved = allocated + _mib(split.group(5), split.group(6))
     return OomMessage(
         requested,
         int(total.group(1)) if total else None,
@@ -175,6 +216,7 @@ def parse_oom(text: str) -> OomMessage:
         _mib(own.group(1), own.group(2)) if own else None,
         others,
         version="2.1 (capacty)" if total and "capacty" in total.group(0) else "2.1+",
+        allowed_mib=_mib(allowed.group(1), allowed.group(2)) if allowed else None,
     )
 
 
@@ -223,14 +265,55 @@ _MEASURE = Fix(
 )
 
 
+_FRACTION = Fix(
+    "raise the memory fraction",
+    "the message's 'allowed' is the cap torch.cuda.set_per_process_memory_fraction puts on this "
+    "process, and the card had the room: raise the fraction (or drop the call)",
+)
+_OWN_CARD = Fix(
+    "give the job a card of its own",
+    "CUDA_VISIBLE_DEVICES to an idle GPU, or MIG instances or MPS with a memory limit per client",
+)
+_WATCH = Fix(
+    "watch the card as the job runs",
+    "`gpuconsole snapshot` (or nvidia-smi) while it starts: a process that takes memory and gives "
+    "it back shows there",
+)
+
+
+def _headroom(message: OomMessage) -> float | None:
+    """What the allocator could still have had: the free memory less `DRIVER_MARGIN_MIB`, or
+    under a cap the cap less what PyTorch reserved, whichever is less."""
+    free = None if message.free_mib is None else max(0.0, message.free_mib - DRIVER_MARGIN_MIB)
+    if message.allowed_mib is None or message.reserved_mib is None:
+        return free
+    under_cap = max(0.0, message.allowed_mib - message.reserved_mib)
+    return under_cap if free is None else min(free, under_cap)
+
+
+def _others_mib(message: OomMessage, others: Sequence[GpuProcess]) -> float:
+    """What other processes held: the console's reading of them when it has one, else the card's
+    used memory less this process's (NVML's figure, or PyTorch's reserve and a context)."""
+    console = sum(p.used_memory_mib or 0.0 for p in others)
+    if console:
+        return console
+    named = sum(mib for _, mib in message.others)
+    if message.total_mib is None or message.free_mib is None:
+        return named
+    used = message.total_mib - message.free_mib
+    if message.process_mib is not None:
+        return max(named, used - message.process_mib)
+    return max(named, used - (message.reserved_mib or 0.0) - CONTEXT_MIB, 0.0)
+
+
 def diagnose(message: OomMessage, processes: Sequence[GpuProcess] = ()) -> OomDiagnosis:
-    """Why it ran out, from the message and (when known) the GPU's processes now.
+    """Why it ran out, from the message and (when known) the GPU's processes now, by the rules of
+    this module's docstring.
 
     ``processes`` are that GPU's processes from the console's own reading of the host; the job
     that failed has usually exited, so every process listed is another one."""
     total = message.total_mib
     others = tuple(p for p in processes if message.gpu is None or p.gpu == message.gpu)
-    others_mib = sum(p.used_memory_mib or 0.0 for p in others) or sum(m for _, m in message.others)
     unallocated = message.unallocated_mib or 0.0
     requested = message.requested_mib
     if total is not None and requested > total:
@@ -248,11 +331,23 @@ def diagnose(message: OomMessage, processes: Sequence[GpuProcess] = ()) -> OomDi
             _SHARD,
         )
         return OomDiagnosis("request-exceeds-card", summary, message, fixes, others)
+    headroom = _headroom(message)
     card = total or 0.0
-    if not others_mib and card and message.free_mib is not None:
-        own = message.process_mib or message.reserved_mib or 0.0
-        others_mib = max(0.0, card - message.free_mib - own - CONTEXT_MIB)  # not PyTorch's
-    if card and others_mib >= max(OTHERS_SHARE * card, requested):
+    others_mib = _others_mib(message, others)
+    crowded = bool(card) and others_mib >= max(OTHERS_SHARE * card, requested)
+    if headroom is not None and headroom >= requested:
+        summary = (
+            f"the card had {size_text(message.free_mib)} free when PyTorch looked, enough for the "
+            f"{size_text(requested)} it asked for: the figures do not explain the failure (memory "
+            "freed between it and the message, or a limit the message does not show)"
+            + (f"; other processes held {size_text(others_mib)} of the card" if crowded else "")
+        )
+        return OomDiagnosis("unexplained", summary, message, (_WATCH, _OWN_CARD), others)
+    if unallocated >= requested:
+        return _fragmented(message, unallocated, others)
+    free = message.free_mib
+    short = free is None or free - DRIVER_MARGIN_MIB < requested
+    if crowded and short:
         who = ", ".join(
             f"pid {p.pid} ({p.user or '?'}: {p.command or '?'}) {size_text(p.used_memory_mib or 0)}"
             for p in others
@@ -275,27 +370,37 @@ def diagnose(message: OomMessage, processes: Sequence[GpuProcess] = ()) -> OomDi
             _CHECKPOINT,
         )
         return OomDiagnosis("other-processes", summary, message, fixes, others)
-    reserved = message.reserved_mib or 0.0
-    would_fit = unallocated + (message.free_mib or 0.0) >= requested
-    if (unallocated >= requested and unallocated >= FRAGMENTATION_SHARE * reserved) or (
-        would_fit and card and unallocated >= FRAGMENTATION_SHARE * card
-    ):
-        summary = (
-            f"PyTorch held {size_text(unallocated)} reserved but unallocated, "
-            f"{'more than' if unallocated >= requested else 'with the free memory, enough for'} "
-            f"the {size_text(requested)} it asked for, in pieces too small to use"
-        )
-        fixes = (_EXPANDABLE, _SPLIT, _MIXED, _CHECKPOINT, _EMPTY_CACHE)
-        return OomDiagnosis("fragmentation", summary, message, fixes, others)
+    if (headroom or 0.0) + unallocated >= requested:
+        return _fragmented(message, unallocated, others)
     held = message.process_mib or message.reserved_mib
+    room = (message.free_mib or 0.0) - DRIVER_MARGIN_MIB + unallocated >= requested
+    capped = message.allowed_mib is not None and room  # the card had it, the cap did not
+    limit = (
+        f"the {size_text(message.allowed_mib)} this process is allowed" if capped else "the card"
+    )
     summary = (
-        f"the job is too big for the card: it held {size_text(held)} and asked for "
+        f"the job is too big for {limit}: it held {size_text(held)} and asked for "
         f"{size_text(requested)} more"
         if held is not None
-        else f"the job asked for {size_text(requested)} more than the card had free"
+        else f"the job asked for {size_text(requested)} more than {limit} had free"
     )
     fixes = (_MIXED, _CHECKPOINT, _MICRO, _COMPRESS, _SHARD, _MEASURE)
-    return OomDiagnosis("too-big", summary, message, fixes, others)
+    return OomDiagnosis(
+        "too-big", summary, message, (_FRACTION, *fixes) if capped else fixes, others
+    )
+
+
+def _fragmented(
+    message: OomMessage, unallocated: float, others: tuple[GpuProcess, ...]
+) -> OomDiagnosis:
+    requested = message.requested_mib
+    summary = (
+        f"PyTorch held {size_text(unallocated)} reserved but unallocated, "
+        f"{'more than' if unallocated >= requested else 'with the free memory, enough for'} "
+        f"the {size_text(requested)} it asked for, in pieces too small to use"
+    )
+    fixes = (_EXPANDABLE, _SPLIT, _MIXED, _CHECKPOINT, _EMPTY_CACHE)
+    return OomDiagnosis("fragmentation", summary, message, fixes, others)
 
 
 def size_text(mib: float | None) -> str:

@@ -175,6 +175,8 @@ def diagnosis_text(diagnosis: OomDiagnosis) -> str:
         f"PyTorch allocated {size_text(message.allocated_mib)}",
         f"reserved {size_text(message.reserved_mib)}",
     ]
+    if message.allowed_mib is not None:
+        figures.append(f"allowed {size_text(message.allowed_mib)}")
     lines = [
         f"{diagnosis.cause}: {diagnosis.summary}",
         f"  GPU {message.gpu if message.gpu is not None else '?'}: " + ", ".join(figures)
@@ -198,6 +200,7 @@ def diagnosis_dict(diagnosis: OomDiagnosis) -> dict[str, Any]:
         "reserved_mib": message.reserved_mib,
         "unallocated_mib": message.unallocated_mib,
         "process_mib": message.process_mib,
+        "allowed_mib": message.allowed_mib,
         "message_version": message.version,
         "other_processes": [
             {"pid": p.pid, "user": p.user, "command": p.command, "used_mib": p.used_memory_mib}
