@@ -7,6 +7,7 @@ the command asked for; each command's options and work live in its module.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -151,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl+C: each command has cleaned up on its way out
         print("gpuconsole: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `… | head`: the reader has seen enough, which is no error
+        # what is still buffered goes nowhere, so the interpreter's last flush cannot raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

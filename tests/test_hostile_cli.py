@@ -330,3 +330,42 @@ def test_repair_on_a_group_is_one_line_naming_its_hosts(tmp_path: Path) -> None:
     assert result.returncode == 2
     line = one_line(result.stderr)
     assert line == "gpuconsole: repair takes one host; rack-a is a group of 2 (gpu-a, gpu-b)"
+
+
+OOM_MESSAGE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 0 has a total "
+    "capacity of 139.81 GiB of which 2.30 GiB is free. Including non-PyTorch memory, this process "
+    "has 137.49 GiB memory in use. Of the allocated memory 129.59 GiB is allocated by PyTorch, and "
+    "7.40 GiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["oom", "{oom}"],
+        ["oom", "{oom}", "--json"],
+        ["triage", "--from", str(FIXTURES / "h200-q-loaded.txt")],
+        ["snapshot", "--demo"],
+    ],
+)
+def test_a_reader_that_has_gone_is_no_traceback(command: list[str], tmp_path: Path) -> None:
+    """`gpuconsole … | head` when head has already exited: the pipe is closed before the first
+    write, so every write meets EPIPE. One place handles it: exit 0, nothing on stderr."""
+    message = tmp_path / "oom.log"
+    message.write_text(OOM_MESSAGE)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [*GPUCONSOLE, *(word.format(oom=message) for word in command)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr

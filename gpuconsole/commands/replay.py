@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,11 +73,7 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as error:
                 return fail(f"--at {error}", EXIT_BAD_INPUT)
         if args.list:
-            try:
-                return _list(recording, at, args.host, args.json)
-            except BrokenPipeError:  # `… --list | head`: the reader has seen enough
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return 0
+            return _list(recording, at, args.host, args.json)
         from gpuconsole.replay_app import ReplayApp
 
         rules = alert_rules(args)
