@@ -104,19 +104,6 @@ def _by_model(table: str, gpu_name: str | None) -> float | None:
     return None
 
 
-def host_device_floor(gpu_name: str | None) -> float | None:
-    """GB/s a healthy node's pinned host<->device copy reaches on this GPU model, if known."""
-    return _by_model("host_device_bandwidth_gbs", gpu_name)
-
-
 def allreduce_floor(gpu_name: str | None) -> float | None:
     """8-GPU NCCL all-reduce bus bandwidth (GB/s) a healthy node reaches, if known."""
     return _by_model("allreduce_busbw_gbs", gpu_name)
-
-
-def pcie_achievable(gen: int | None, width: int | None) -> float | None:
-    """What one direction of a PCIe link of this generation and width achieves, in GB/s."""
-    if gen is None or width is None:
-        return None
-    per_x16 = _tables()["pcie_achievable_gbs"].get(str(gen))
-    return float(per_x16) * width / 16 if per_x16 is not None else None

@@ -1,8 +1,10 @@
 """Checks of the GPUs' hardware and the system around them: memory health, links, the fabric,
 the kernel's XID log, local disks.
 
-Facts and thresholds come from shared/reference/gpu-facts.md (fleet health checks, NVIDIA's XID
-catalog) through `compat` and `gpuconsole.xid`. Three probes load the host (host<->device copies,
+Facts come from shared/reference/gpu-facts.md (fleet health checks, NVIDIA's XID catalog,
+through `gpuconsole.xid`) and from the PCIe specification's rates. The bandwidth floors are shares
+of the link's theoretical rate (`gpuconsole.limits`) and, when several hosts are verified
+together, of their peers' median (`peers`). Three probes load the host (host<->device copies,
 peer copies, a disk read): they are `heavy`, so the runner runs them alone, after the rest. The
 copy probes run a short ``python3`` script that uses torch when the host's Python has it.
 """
@@ -18,10 +20,18 @@ from collections import Counter
 from collections.abc import Iterable
 
 from gpuconsole import xid
-from gpuconsole.actions.verify import compat
-from gpuconsole.actions.verify.model import Check, Evidence, Output, Probe, Status, Verdict
+from gpuconsole.actions.verify.model import (
+    Check,
+    Evidence,
+    Figure,
+    Output,
+    Probe,
+    Status,
+    Verdict,
+)
 from gpuconsole.actions.verify.probes import SMI_QUERY, smi_rows
 from gpuconsole.hosts.targets import Context
+from gpuconsole.limits import LINK_FAIL_FRACTION, LINK_PASS_FRACTION
 from gpuconsole.model import Severity
 from gpuconsole.telemetry.kernel_log import parse_xid_lines, pci_address
 
@@ -662,22 +672,65 @@ def judge_pcie_link(evidence: Evidence, context: Context) -> Verdict:
 
 # --- host-device-bandwidth ----------------------------------------------------------------------
 
-_PCIE_MARGIN = 0.8
-"""For GPUs without a fleet figure: the floor is this share of what the link achieves."""
+PCIE_LANE_RATES: dict[int, tuple[float, float]] = {
+    1: (2.5, 8 / 10),
+    2: (5.0, 8 / 10),
+    3: (8.0, 128 / 130),
+    4: (16.0, 128 / 130),
+    5: (32.0, 128 / 130),
+    6: (64.0, 236 / 256),
+}
+"""Per PCIe generation: the transfers per second of one lane (GT/s) and the share of the bits
+sent that carry data. Generations 1 and 2 code 8 bits in 10 (8b/10b); 3 to 5 code 128 in 130
+(128b/130b), each doubling the rate: 8, 16, 32 GT/s (the PCI Express Base Specification's rates,
+as PCI-SIG publishes them). Generation 6 sends 64 GT/s in 256-byte flits, of which 236 bytes are
+packet data (6 link-layer, 8 CRC, 6 FEC): 92.2 %, ~118 GB/s per direction at x16 (Glenn K.
+Lockwood, "PCIe Gen6", glennklockwood.com/garden/PCIe-Gen6). shared/reference/gpu-facts.md
+has no PCIe rates."""
 
 
-def _bandwidth_floor(name: str, row: dict[str, str] | None) -> tuple[float | None, str]:
-    """The GB/s one direction must reach, and where the number comes from."""
-    fleet = compat.host_device_floor(name)
-    if fleet is not None:
-        return fleet, "fleet health-check figure"
-    if row is None:
-        return None, "no floor known"
-    gen, width = _int(row.get("pcie.link.gen.max")), _int(row.get("pcie.link.width.max"))
-    achievable = compat.pcie_achievable(gen, width)
-    if achievable is None:
-        return None, "no floor known"
-    return achievable * _PCIE_MARGIN, f"{_PCIE_MARGIN:.0%} of what {_link(gen, width)} achieves"
+def pcie_theoretical_gbs(gen: int | None, width: int | None) -> float | None:
+    """GB/s one direction of a link carries at most: GT/s x lanes x encoding / 8 bits. Gen5 x16:
+    32 x 16 x 128/130 / 8 = 63.0 GB/s; Gen4 x16 31.5; Gen5 x8 31.5. Packet headers and flow
+    control take a further ~10 %, so healthy copies measure ~85-88 % of it. None for a
+    generation or width not known."""
+    if gen not in PCIE_LANE_RATES or width is None or width <= 0:
+        return None
+    transfers, encoding = PCIE_LANE_RATES[gen]
+    return transfers * width * encoding / 8
+
+
+def link_status(measured: float, theoretical: float) -> Status:
+    """A copy's GB/s against its link's theoretical rate (`limits` says why these shares)."""
+    share = measured / theoretical
+    if share >= LINK_PASS_FRACTION:
+        return Status.PASS
+    if share >= LINK_FAIL_FRACTION:
+        return Status.WARN
+    return Status.FAIL
+
+
+def _judged_link(
+    row: dict[str, str] | None, entry: dict[str, object]
+) -> tuple[int | None, int | None]:
+    """The generation and width to judge a GPU's copies by: the most its link can train to with
+    this GPU and system (nvidia-smi's ``.max``), so a link that trained at half its rate does not
+    lower its own bar; the link seen under load where nvidia-smi gives no maximum."""
+    gen = _int((row or {}).get("pcie.link.gen.max"))
+    width = _int((row or {}).get("pcie.link.width.max"))
+    if gen is None or width is None:
+        load_gen, load_width = entry.get("pcie_gen"), entry.get("pcie_width")
+        gen = load_gen if isinstance(load_gen, int) else None
+        width = load_width if isinstance(load_width, int) else None
+    return gen, width
+
+
+_SLOW_COPIES = (
+    "see pcie-link for a degraded link (reseat the GPU); check the GPU's NUMA node "
+    "(`nvidia-smi topo -m`) and that jobs bind to it (numactl/CPU affinity); if the kernel runs "
+    "the IOMMU in translated mode, boot with `iommu=pt`; make sure no other job was copying at "
+    "the same time, then run the check again"
+)
 
 
 def judge_host_device_bandwidth(evidence: Evidence, context: Context) -> Verdict:
@@ -688,7 +741,9 @@ def judge_host_device_bandwidth(evidence: Evidence, context: Context) -> Verdict
     entries = [g for g in report.get("gpus", []) if isinstance(g, dict)]  # type: ignore[union-attr]
     if not entries:
         return Verdict(Status.SKIP, "the host<->device test found no GPU")
-    lines, slow, broken = [], [], []
+    lines, broken, figures = [], [], []
+    shares: list[float] = []
+    low: dict[Status, list[str]] = {Status.WARN: [], Status.FAIL: []}
     for entry in entries:
         index, name = entry.get("index"), str(entry.get("name", ""))
         if "error" in entry:
@@ -696,15 +751,47 @@ def judge_host_device_bandwidth(evidence: Evidence, context: Context) -> Verdict
             lines.append(f"GPU {index} ({name}): copy failed: {entry['error']}")
             continue
         row = next((r for r in rows if _matching(r, [entry]) is entry), None)
-        floor, source = _bandwidth_floor(name, row)
-        h2d, d2h = entry.get("h2d_gbs"), entry.get("d2h_gbs")
-        floor_text = f"floor {floor:.0f} GB/s, {source}" if floor is not None else source
-        lines.append(f"GPU {index} ({name}): H2D {h2d} GB/s, D2H {d2h} GB/s ({floor_text})")
-        if floor is None:
-            continue
-        for direction, value in (("H2D", h2d), ("D2H", d2h)):
-            if isinstance(value, (int, float)) and value < floor:
-                slow.append(f"GPU {index} {direction} {value} GB/s < {floor:.0f}")
+        gen, width = _judged_link(row, entry)
+        link = _link(gen, width) if gen is not None and width is not None else "a link not reported"
+        theoretical = pcie_theoretical_gbs(gen, width)
+        judged = []
+        for direction in ("H2D", "D2H"):
+            value = entry.get(f"{direction.lower()}_gbs")
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                judged.append(f"{direction} {value} GB/s")
+                continue
+            status = None if theoretical is None else link_status(value, theoretical)
+            figures.append(
+                Figure(
+                    f"GPU {index} {direction}",
+                    f"{name} {direction} on {link}",
+                    float(value),
+                    "GB/s",
+                    status in (None, Status.PASS),
+                )
+            )
+            if theoretical is None:
+                judged.append(f"{direction} {value:g} GB/s")
+                continue
+            shares.append(value / theoretical)
+            judged.append(f"{direction} {value:g} GB/s ({value / theoretical:.1%})")
+            if status in low:
+                low[status].append(
+                    f"GPU {index} {direction} {value:g} GB/s = {value / theoretical:.1%} of "
+                    f"{link}'s {theoretical:.1f} GB/s"
+                )
+        load_gen, load_width = entry.get("pcie_gen"), entry.get("pcie_width")
+        under_load = f"; {_link(load_gen, load_width)} under load" if load_gen is not None else ""
+        line = f"GPU {index} ({name}): {_join(judged)}"
+        if theoretical is None:
+            lines.append(f"{line}; link not reported: no theoretical rate to judge by{under_load}")
+        else:
+            lines.append(
+                f"{line} of the {theoretical:.1f} GB/s per direction a {link} link carries in "
+                f"theory (pass >= {LINK_PASS_FRACTION:.0%}, fail < {LINK_FAIL_FRACTION:.0%})"
+                + under_load
+            )
+    found = tuple(figures)
     if broken:
         return Verdict(
             Status.FAIL,
@@ -712,28 +799,34 @@ def judge_host_device_bandwidth(evidence: Evidence, context: Context) -> Verdict
             tuple(lines),
             "read xid-log and the kernel log for this GPU; reset it (`nvidia-smi -r -i <gpu>`) "
             "or reboot, then run the check again",
+            found,
         )
-    if slow:
+    failing, warning = low[Status.FAIL], low[Status.WARN]
+    if failing or warning:
+        bands = [(LINK_FAIL_FRACTION, failing), (LINK_PASS_FRACTION, warning)]
+        problems = [f"under {share:.0%}: {'; '.join(items)}" for share, items in bands if items]
         return Verdict(
-            Status.FAIL,
-            f"host<->device bandwidth below the floor: {_join(slow)}",
+            Status.FAIL if failing else Status.WARN,
+            "host<->device bandwidth low for the link's theoretical rate, " + "; ".join(problems),
             tuple(lines),
-            "see pcie-link for a degraded link (reseat the GPU); check the GPU's NUMA node "
-            "(`nvidia-smi topo -m`) and that jobs bind to it (numactl/CPU affinity); if the "
-            "kernel runs the IOMMU in translated mode, boot with `iommu=pt`; make sure no other "
-            "job was copying at the same time, then run the check again",
+            _SLOW_COPIES,
+            found,
         )
-    figures = [
-        v
-        for e in entries
-        for v in (e.get("h2d_gbs"), e.get("d2h_gbs"))
-        if isinstance(v, (int, float))
-    ]
-    low = f"{min(figures):.1f}" if figures else "?"
+    if not shares:
+        return Verdict(
+            Status.SKIP,
+            "copies measured, but nvidia-smi reported no PCIe link to judge them by",
+            tuple(lines),
+            figures=found,
+        )
+    least = min(f.value for f in figures)
     return Verdict(
         Status.PASS,
-        f"host<->device copies at {low} GB/s or more on {len(entries)} GPU(s)",
+        f"host<->device copies at {least:.1f} GB/s or more on {len(entries)} GPU(s), "
+        f"{min(shares):.1%} or more of their links' theoretical rate "
+        f"(pass >= {LINK_PASS_FRACTION:.0%})",
         tuple(lines),
+        figures=found,
     )
 
 
@@ -1195,6 +1288,10 @@ CHECKS: tuple[Check, ...] = (
         "Host<->device copy bandwidth",
         (HOST_DEVICE_BANDWIDTH, SMI_QUERY),
         judge_host_device_bandwidth,
+        peer_remedy="compare this host with its peers: the GPU's NUMA node (`nvidia-smi topo "
+        "-m`) and the jobs' CPU binding, the kernel's IOMMU mode (`iommu=pt`), BIOS PCIe "
+        "settings and firmware versions; make sure no other job was copying, then run the "
+        "check again",
     ),
     Check("nvlink", "NVLink links", (NVLINK_STATUS, SMI_DETAILS, NVSWITCHES), judge_nvlink),
     Check("p2p-bandwidth", "GPU peer copies", (P2P_BANDWIDTH,), judge_p2p_bandwidth),

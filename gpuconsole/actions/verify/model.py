@@ -68,6 +68,23 @@ class Output:
 
 
 @dataclass(frozen=True, slots=True)
+class Figure:
+    """A figure a check measured, kept so that hosts verified together can be compared by it
+    (`peers`): a GPU's host->device GB/s, say."""
+
+    subject: str
+    """What was measured, as evidence names it: "GPU 0 H2D"."""
+    group: str
+    """What it is comparable with: only figures of the same group on other hosts are its peers
+    ("NVIDIA H200 H2D on Gen5 x16")."""
+    value: float
+    unit: str
+    healthy: bool
+    """It cleared the check's own rule (or the check could not judge it): only healthy figures
+    make up a peers' median, so one broken host does not drag the baseline down."""
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """A judge's answer: status, one-line summary, the lines that matter, and the remedy."""
 
@@ -75,6 +92,7 @@ class Verdict:
     summary: str
     evidence: tuple[str, ...] = ()
     remediation: str | None = None
+    figures: tuple[Figure, ...] = ()
 
 
 Evidence = Mapping[str, Output]
@@ -89,6 +107,9 @@ class Check:
     title: str
     probes: tuple[Probe, ...]
     judge: Judge
+    peer_remedy: str | None = None
+    """Set for a check whose figures are compared across the hosts verified together: the fix
+    when a host falls below its peers. None: each host is judged alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +123,7 @@ class CheckResult:
     commands: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
     remediation: str | None = None
+    figures: tuple[Figure, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -1,6 +1,6 @@
 """Run checks on hosts: every distinct probe once per host, light probes a few at a time, heavy
-ones (bandwidth, disk) alone afterwards; hosts concurrently. One check's failure, or a judge's
-bug, never hides the other checks."""
+ones (bandwidth, disk) alone afterwards; hosts concurrently, then each host's figures against
+its peers' (`peers`). One check's failure, or a judge's bug, never hides the other checks."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from gpuconsole.actions.session import open_shell
+from gpuconsole.actions.verify import peers
 from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Output, Probe, Status
 from gpuconsole.actions.verify.shell import Shell
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
@@ -47,6 +48,7 @@ def judge_all(
                 commands,
                 verdict.evidence,
                 verdict.remediation,
+                verdict.figures,
             )
         )
     return tuple(results)
@@ -99,7 +101,12 @@ async def verify_targets(
     on_report: Callable[[HostReport], None] | None = None,
     hosts_at_once: int = 16,
 ) -> list[HostReport]:
-    """Every target concurrently (bounded); reports in the targets' order."""
+    """Every target concurrently (bounded); reports in the targets' order, each judged against
+    the other hosts too (`peers`) once all are in.
+
+    ``on_report`` hears of each host as soon as it is verified, then once more for each host
+    whose report the comparison with its peers revised.
+    """
     limit = asyncio.Semaphore(hosts_at_once)
 
     async def one(target: Target) -> HostReport:
@@ -109,4 +116,10 @@ async def verify_targets(
             on_report(report)
         return report
 
-    return list(await asyncio.gather(*(one(t) for t in targets)))
+    alone = await asyncio.gather(*(one(t) for t in targets))
+    together = peers.compare(alone, checks)
+    if on_report is not None:
+        for before, after in zip(alone, together, strict=True):
+            if after is not before:
+                on_report(after)
+    return together
