@@ -6,10 +6,13 @@ no fan, a VM may hide its NUMA node, and a lost GPU reports nothing at all.
 
 from __future__ import annotations
 
+import heapq
 import itertools
-from collections.abc import Iterable
+import math
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
+from typing import NamedTuple
 
 
 class Severity(IntEnum):
@@ -223,6 +226,27 @@ def link_cost(link: str) -> float:
     return float(PCIE_LINK_RANK.get(link, 6))
 
 
+MAX_PAIRS_RANKED = 1_000_000
+"""The most GPU pairs one `Topology.best_sets` call weighs (about 0.2 s of CPython): the ranking is
+exhaustive, and C(n, k) outgrows it past 16 GPUs (8 of 16 is 12,870 sets, 8 of 24 is 735,471)."""
+
+
+class TooManySets(ValueError):
+    """Ranking every ``k``-set of the GPUs would weigh more than `MAX_PAIRS_RANKED` pairs."""
+
+
+class GpuSet(NamedTuple):
+    """Some GPUs and their weakest link: the worst-connected pair among them."""
+
+    gpus: tuple[int, ...]
+    weakest: str
+
+
+def _link_order(link: str) -> tuple[float, str]:
+    """`link_cost`, with the label itself breaking ties (``NV1``/``NV01``, unknown labels)."""
+    return (link_cost(link), link)
+
+
 @dataclass(frozen=True, slots=True)
 class Topology:
     """The GPU × GPU connection matrix with each GPU's CPU and NUMA affinity."""
@@ -238,24 +262,52 @@ class Topology:
     def link(self, a: int, b: int) -> str:
         return self.matrix[a][b]
 
-    def best_sets(self, k: int, limit: int = 3) -> list[tuple[tuple[int, ...], str]]:
-        """The ``limit`` best-connected sets of ``k`` GPUs, each with its weakest link.
+    def best_sets(self, k: int, limit: int = 3, leave_out: Collection[int] = ()) -> list[GpuSet]:
+        """The ``limit`` best-connected sets of ``k`` GPUs, none of ``leave_out``, best first.
 
-        A set is as good as its weakest pair (a collective runs at the slowest link's pace), then
-        the fewer NUMA nodes it spans the better (its host-side traffic stays local), then the
-        sum over its pairs. Exhaustive: 8 GPUs choose 4 is 70 sets.
+        Each set carries its weakest link, the worst of its pairs (a collective runs at the
+        slowest link's pace). Sets are ranked by that link, then sets on one NUMA node before
+        sets spanning several (host-side traffic stays local), then by the sum of `link_cost`
+        over their pairs, then by their GPU indices. A pair's link is the worse of its two cells,
+        should the matrix not be symmetric. Empty when ``k`` is below 2 or above the GPUs left;
+        `TooManySets` when the exhaustive ranking would weigh more than `MAX_PAIRS_RANKED` pairs.
         """
-        if k < 2 or k > self.gpu_count:
+        excluded = set(leave_out)
+        gpus = [i for i in range(self.gpu_count) if i not in excluded]
+        if not 2 <= k <= len(gpus) or limit < 1:
             return []
+        sets = math.comb(len(gpus), k)
+        if sets * k * (k - 1) // 2 > MAX_PAIRS_RANKED:
+            raise TooManySets(f"{k} of {len(gpus)} GPUs: {sets:,} sets, too many to rank")
+        links = {(a, b): self._pair_link(a, b) for a, b in itertools.combinations(gpus, 2)}
+        labels = sorted(set(links.values()), key=_link_order)
+        rank = {label: r for r, label in enumerate(labels)}
+        n = self.gpu_count
+        ranks, costs = [[0] * n for _ in range(n)], [[0.0] * n for _ in range(n)]
+        for (a, b), link in links.items():
+            ranks[a][b], costs[a][b] = rank[link], link_cost(link)
+        places = [self._place(i) for i in range(self.gpu_count)]
         scored = []
-        for combo in itertools.combinations(range(self.gpu_count), k):
-            pairs = [self.link(a, b) for a, b in itertools.combinations(combo, 2)]
-            weakest = max(pairs, key=link_cost)
-            nodes = {self.numa_affinity[i] for i in combo if i < len(self.numa_affinity)}
-            score = (link_cost(weakest), len(nodes), sum(map(link_cost, pairs)))
-            scored.append((score, combo, weakest))
-        scored.sort()
-        return [(combo, weakest) for _, combo, weakest in scored[:limit]]
+        for combo in itertools.combinations(gpus, k):
+            pairs = list(itertools.combinations(combo, 2))
+            weakest = max(ranks[a][b] for a, b in pairs)
+            total = math.fsum(costs[a][b] for a, b in pairs)
+            where = {places[i] for i in combo}
+            spans = len(where) > 1 or None in where
+            scored.append((weakest, spans, total, combo))
+        return [GpuSet(combo, labels[w]) for w, _, _, combo in heapq.nsmallest(limit, scored)]
+
+    def _pair_link(self, a: int, b: int) -> str:
+        return max(self.link(a, b), self.link(b, a), key=_link_order)
+
+    def _place(self, gpu: int) -> tuple[str, int | str] | None:
+        """Where ``gpu`` sits on the host side: its NUMA node, else (a VM, an older driver) its CPU
+        affinity, else None (unknown). GPUs share a NUMA node when their places are equal."""
+        numa = self.numa_affinity[gpu] if gpu < len(self.numa_affinity) else None
+        if numa is not None:
+            return ("numa", numa)
+        cpus = self.cpu_affinity[gpu] if gpu < len(self.cpu_affinity) else None
+        return None if cpus is None else ("cpus", cpus)
 
 
 @dataclass(frozen=True, slots=True)

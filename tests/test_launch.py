@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import NOW
 from sshd import user_env
 from standin import write_standin_smi
+from test_topology_screen import ranked
 
 from gpuconsole import paths
 from gpuconsole.actions.launch.commands import (
@@ -26,10 +28,14 @@ from gpuconsole.actions.launch.commands import (
     slurm_command,
 )
 from gpuconsole.actions.launch.run import parse_event, start_failure
-from gpuconsole.actions.launch.session import launch
+from gpuconsole.actions.launch.session import host_gpus, launch, plan_launch
+from gpuconsole.actions.verify.model import Output
 from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.model import Topology
+from gpuconsole.screens.topology import advice, left_out
+from gpuconsole.telemetry.sim import PROFILES, SimRack
 from gpuconsole.telemetry.smi.topo import parse_topo_m
+from gpuconsole.widgets.cells import Palette
 
 SPEC = LaunchSpec("resnet50", "tuned", steps=50, extra=("--batch-size", "256"))
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
@@ -59,16 +65,103 @@ def test_one_gpu_runs_plain_python_and_several_run_torchrun() -> None:
 
 
 def test_fewer_gpus_than_the_host_has_take_the_best_connected_set() -> None:
-    assert choose_gpus(pairs_topology(), 4, 2) in ((0, 1), (2, 3))
-    assert choose_gpus(pairs_topology(), 4, 4) == (0, 1, 2, 3)
-    assert choose_gpus(None, 4, 2) == (0, 1)
+    assert choose_gpus(pairs_topology(), range(4), 2) == (0, 1)  # before {2,3}: lower indices
+    assert choose_gpus(pairs_topology(), range(4), 4) == (0, 1, 2, 3)
+    assert choose_gpus(None, range(4), 2) == (0, 1)
     with pytest.raises(LaunchError, match="--gpus 5: the host has 4 GPU"):
-        choose_gpus(pairs_topology(), 4, 5)
+        choose_gpus(pairs_topology(), range(4), 5)
 
 
 def test_the_h200_topology_fixture_reads_for_a_one_gpu_launch() -> None:
     topology = parse_topo_m((FIXTURES / "h200-topo-m.txt").read_text())
-    assert choose_gpus(topology, topology.gpu_count, 1) == (0,)
+    assert choose_gpus(topology, range(topology.gpu_count), 1) == (0,)
+
+
+@pytest.mark.parametrize(
+    ("host", "wanted", "chosen"),
+    [
+        ("a100-01", 2, (0, 1)),
+        ("a100-01", 4, (0, 1, 2, 3)),
+        ("a100-01", 8, (0, 1, 2, 3, 4, 5, 6, 7)),
+        ("l40s-01", 2, (0, 1)),
+        ("l40s-01", 3, (0, 1, 2)),
+        ("h100-01", 2, (0, 1)),
+        ("h100-01", 4, (4, 5, 6, 7)),  # not 0-3: GPU 3 fell off the bus
+        ("h100-01", 7, (0, 1, 2, 4, 5, 6, 7)),
+    ],
+)
+def test_demo_hosts_launch_on_the_set_the_topology_screen_puts_first(
+    rack: SimRack, host: str, wanted: int, chosen: tuple[int, ...]
+) -> None:
+    snapshot = rack.read(host, NOW)
+    assert snapshot.topology is not None
+    answering = [gpu.index for gpu in snapshot.gpus if not gpu.lost]
+    assert choose_gpus(snapshot.topology, answering, wanted) == chosen
+    shown = ranked(
+        advice(snapshot.topology, Palette({}), left_out(snapshot, snapshot.topology)).plain
+    )
+    if wanted in shown:  # the screen ranks 2, 4, 8... and all of them
+        (first, *_), _label = shown[wanted][0]
+        assert first == chosen
+
+
+def test_a_lost_gpu_is_not_counted_among_the_gpus_to_launch_on(rack: SimRack) -> None:
+    snapshot = rack.read("h100-01", NOW)
+    answering = [gpu.index for gpu in snapshot.gpus if not gpu.lost]
+    with pytest.raises(LaunchError, match="--gpus 8: the host has 7 GPU\\(s\\) that answer"):
+        choose_gpus(snapshot.topology, answering, 8)
+
+
+def topo_m(topology: Topology) -> str:
+    """``nvidia-smi topo -m`` as nvidia-smi prints it (tab-separated) for ``topology``."""
+    names = [f"GPU{i}" for i in range(topology.gpu_count)]
+    lines = ["\t" + "\t".join([*names, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])]
+    for name, row, cpus, numa in zip(
+        names, topology.matrix, topology.cpu_affinity, topology.numa_affinity, strict=True
+    ):
+        lines.append("\t".join([name, *row, cpus or "N/A", str(numa), "", "N/A"]))
+    return "\n".join(lines) + "\n\nLegend:\n"
+
+
+class LostGpuShell:
+    """Answers the launch's nvidia-smi calls as an HGX H100 whose GPU 3 fell off the bus."""
+
+    def __init__(self, exit_code: int, query: str) -> None:
+        self.exit_code, self.query = exit_code, query
+
+    async def run(self, command: str, timeout: float) -> Output:
+        if command == "nvidia-smi topo -m":
+            return Output(command, 0, topo_m(PROFILES["h100-sxm-8"].topology))
+        return Output(command, self.exit_code, self.query)
+
+
+H100_ROW = "{}, NVIDIA H100 80GB HBM3, 570.133.20"
+H100_ROWS = [H100_ROW.format(i) for i in range(8)]
+NO_HANDLE = "Unable to determine the device handle for GPU0000:5D:00.0: Unknown Error"
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "rows"),
+    [
+        (15, [*H100_ROWS[:3], NO_HANDLE, *H100_ROWS[4:]]),  # nvidia-smi's "a GPU fell off"
+        (0, [*H100_ROWS[:3], "3, [GPU is lost], [GPU is lost]", *H100_ROWS[4:]]),
+    ],
+)
+async def test_a_gpu_fallen_off_the_bus_is_left_out_of_the_launch(
+    exit_code: int, rows: list[str]
+) -> None:
+    found = await host_gpus(LostGpuShell(exit_code, "\n".join(rows) + "\n"))
+    assert found.indices == (0, 1, 2, 4, 5, 6, 7)
+    assert (found.name, found.driver) == ("NVIDIA H100 80GB HBM3", "570.133.20")
+    assert found.topology == PROFILES["h100-sxm-8"].topology
+    plan = plan_launch(SPEC, ["h100-01"], found, 4, None, "job-1", {"h100-01": "python3"})
+    assert plan.gpus == (4, 5, 6, 7)
+    assert "CUDA_VISIBLE_DEVICES=4,5,6,7 " in plan.commands["h100-01"]
+
+
+async def test_nvidia_smi_that_answers_for_no_gpu_stops_the_launch() -> None:
+    with pytest.raises(LaunchError, match="nvidia-smi does not answer: Unable to determine"):
+        await host_gpus(LostGpuShell(15, NO_HANDLE + "\n"))
 
 
 def test_multi_node_runs_use_c10d_rendezvous_at_the_first_node() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from itertools import groupby
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -10,7 +13,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
-from gpuconsole.model import LINK_LEGEND, Topology, nvlink_count
+from gpuconsole.model import LINK_LEGEND, HostSnapshot, TooManySets, Topology, nvlink_count
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.widgets.cells import Palette
 
@@ -54,18 +57,58 @@ def legend(topology: Topology, palette: Palette) -> Text:
     return text
 
 
-def advice(topology: Topology, palette: Palette) -> Text:
-    """Which GPU sets are best connected: where to put jobs that talk a lot between GPUs."""
+SETS_SHOWN = 4
+"""How many sets of each size the advice lists, best first."""
+_FALLEN_OFF_THE_BUS = 79
+
+
+def left_out(snapshot: HostSnapshot, topology: Topology) -> dict[int, str]:
+    """The GPUs of ``topology`` no set may hold, each with why: lost (fallen off the bus, as the
+    GPU's state or an XID 79 says; the health rules' ``gpu-lost``), or absent from the reading."""
+    fallen = {event.gpu for event in snapshot.xid_events if event.xid == _FALLEN_OFF_THE_BUS}
+    reasons: dict[int, str] = {}
+    for index in range(topology.gpu_count):
+        gpu = snapshot.gpu(index)
+        if gpu is None:
+            reasons[index] = "not in the reading"
+        elif gpu.lost or index in fallen:
+            reasons[index] = "fallen off the bus"
+    return reasons
+
+
+def offered_sizes(available: int) -> list[int]:
+    """The set sizes the advice ranks: 2, 4, 8... up to ``available``, and ``available`` itself
+    (every GPU that answers) when it is not a power of two."""
+    sizes = [1 << power for power in range(1, available.bit_length())]
+    return sizes if available < 2 or available in sizes else [*sizes, available]
+
+
+def _gpu_set(gpus: tuple[int, ...]) -> str:
+    return "{" + ",".join(map(str, gpus)) + "}"
+
+
+def advice(topology: Topology, palette: Palette, skipped: Mapping[int, str]) -> Text:
+    """Which GPU sets are best connected: where to put jobs that talk a lot between GPUs.
+
+    One line per set size; on it the sets best first, each run of sets followed by the weakest
+    link they share (`Topology.best_sets`). GPUs in ``skipped`` are in no set."""
     text = Text("Best-connected GPU sets (put communication-heavy jobs here)\n", style="bold")
-    sizes = sorted({k for k in (2, 4, topology.gpu_count // 2) if 2 <= k < topology.gpu_count})
+    for index, why in skipped.items():
+        text.append(f"  GPU {index} left out: {why}\n", style=palette["severity-warning"])
+    sizes = offered_sizes(topology.gpu_count - len(skipped))
+    if not sizes:
+        text.append("  Fewer than 2 GPUs answer: no sets to rank.\n", style="dim")
     for k in sizes:
-        sets = topology.best_sets(k)
-        shown = ", ".join("{" + ",".join(map(str, combo)) + "}" for combo, _ in sets)
-        weakest = sets[0][1] if sets else "?"
-        text.append(f"  {k} GPUs: ", style="bold")
-        text.append(shown)
-        text.append("  weakest link ")
-        text.append(weakest, style=link_style(weakest, palette))
+        text.append(f"  best {k} GPUs: ", style="bold")
+        try:
+            sets = topology.best_sets(k, SETS_SHOWN, leave_out=skipped.keys())
+        except TooManySets as error:
+            text.append(f"{error}\n", style="dim")
+            continue
+        for i, (weakest, run) in enumerate(groupby(sets, key=lambda s: s.weakest)):
+            text.append(" · " if i else "")
+            text.append(" ".join(_gpu_set(s.gpus) for s in run) + " ")
+            text.append(weakest, style=link_style(weakest, palette))
         text.append("\n")
     if not any(nvlink_count(c) for row in topology.matrix for c in row):
         text.append(
@@ -87,7 +130,7 @@ class TopologyScreen(ConsoleScreen):
     def __init__(self, host: str) -> None:
         super().__init__()
         self.host = host
-        self._shown: tuple[Topology, Palette] | None = None
+        self._shown: tuple[Topology, Palette, dict[int, str]] | None = None
 
     def where(self) -> str:
         return f"topology of {self.host}"
@@ -109,15 +152,16 @@ class TopologyScreen(ConsoleScreen):
             return
         topology = snapshot.topology
         palette = self.palette
-        if self._shown == (topology, palette):
+        skipped = left_out(snapshot, topology)
+        if self._shown == (topology, palette, skipped):
             return
-        self._shown = (topology, palette)
+        self._shown = (topology, palette, skipped)
         body.update(
             Group(
                 Text(f"{self.host}: {topology.gpu_count} GPUs", style="bold"),
                 matrix_table(topology, palette),
                 Text(""),
                 legend(topology, palette),
-                advice(topology, palette),
+                advice(topology, palette, skipped),
             )
         )

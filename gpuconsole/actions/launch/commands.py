@@ -8,13 +8,14 @@ Facts: torchrun's c10d flags and the Slurm pattern as in shared/reference/gpu-fa
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuconsole.model import Topology
+from gpuconsole.model import TooManySets, Topology
 
 RECIPE_DIR = "$HOME/.cache/gpuconsole/recipes"
 """Where recipes are written on a host (the shell expands $HOME)."""
@@ -45,18 +46,20 @@ class LaunchSpec:
         return [*args, *self.extra]
 
 
-def choose_gpus(topology: Topology | None, gpu_count: int, wanted: int) -> tuple[int, ...]:
-    """``wanted`` GPUs of ``gpu_count``: all of them, else the best-connected set the topology
-    knows (NVLink before PCIe, one NUMA node before two), else the first ones."""
-    if not 1 <= wanted <= gpu_count:
-        raise LaunchError(f"--gpus {wanted}: the host has {gpu_count} GPU(s)")
-    if wanted == gpu_count:
-        return tuple(range(gpu_count))
-    if wanted >= 2 and topology is not None and topology.gpu_count == gpu_count:
-        best = topology.best_sets(wanted, limit=1)
-        if best:
-            return best[0][0]
-    return tuple(range(wanted))
+def choose_gpus(topology: Topology | None, gpus: Sequence[int], wanted: int) -> tuple[int, ...]:
+    """``wanted`` of the GPUs that answer (``gpus``, by index): all of them, else the
+    best-connected set of them as the topology screen ranks it (`Topology.best_sets`, the GPUs
+    that do not answer left out), else (no topology, or too many sets to rank) the first ones."""
+    answering = tuple(sorted(set(gpus)))
+    if not 1 <= wanted <= len(answering):
+        raise LaunchError(f"--gpus {wanted}: the host has {len(answering)} GPU(s) that answer")
+    if wanted == len(answering):
+        return answering
+    if wanted >= 2 and topology is not None and answering[-1] < topology.gpu_count:
+        silent = set(range(topology.gpu_count)) - set(answering)
+        with contextlib.suppress(TooManySets):
+            return topology.best_sets(wanted, limit=1, leave_out=silent)[0].gpus
+    return answering[:wanted]
 
 
 def script_path(recipe: str) -> str:

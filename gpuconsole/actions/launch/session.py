@@ -27,6 +27,9 @@ from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
 
 _GPU_QUERY = "nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader"
+_SMI_LOST_GPU_EXIT = 15
+"""nvidia-smi's exit status when a GPU fell off the bus (gpu-facts.md); the others still answer."""
+_LOST_MARKS = frozenset({"[gpu is lost]", "[unknown error]"})
 ACTION = "launch"
 """What a launch's writes and runs are logged as."""
 
@@ -35,10 +38,15 @@ ACTION = "launch"
 class HostGpus:
     """What a launch needs to know of a host's GPUs."""
 
-    count: int
+    indices: tuple[int, ...]
+    """The GPUs that answer nvidia-smi; one fallen off the bus is not among them."""
     name: str | None
     driver: str | None
     topology: Topology | None
+
+    @property
+    def count(self) -> int:
+        return len(self.indices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,19 +61,30 @@ class Launch:
 
 async def host_gpus(shell: Shell) -> HostGpus:
     rows = await shell.run(_GPU_QUERY, 20.0)
-    if not rows.ok:
+    answering = _answering(rows.stdout)
+    if not (rows.ok or (rows.exit_code == _SMI_LOST_GPU_EXIT and answering)):
         raise LaunchError(
             f"nvidia-smi does not answer: {(rows.stderr or rows.stdout).strip()[:160]}"
         )
-    lines = [line.split(",") for line in rows.stdout.splitlines() if line.strip()]
     topo = await shell.run("nvidia-smi topo -m", 20.0)
     topology = None
     if topo.ok:
         with contextlib.suppress(SmiParseError):
             topology = parse_topo_m(topo.stdout)
-    name = lines[0][1].strip() if lines and len(lines[0]) > 1 else None
-    driver = lines[0][2].strip() if lines and len(lines[0]) > 2 else None
-    return HostGpus(len(lines), name, driver, topology)
+    name = answering[0][1] if answering and len(answering[0]) > 1 else None
+    driver = answering[0][2] if answering and len(answering[0]) > 2 else None
+    return HostGpus(tuple(int(row[0]) for row in answering), name, driver, topology)
+
+
+def _answering(stdout: str) -> list[list[str]]:
+    """The rows of the GPU query that answer: a GPU fallen off the bus prints "Unable to
+    determine the device handle..." instead of its row, or NVML's error words in its fields."""
+    rows = [[cell.strip() for cell in line.split(",")] for line in stdout.splitlines()]
+    return [
+        row
+        for row in rows
+        if row[0].isdecimal() and not any(cell.casefold() in _LOST_MARKS for cell in row[1:])
+    ]
 
 
 def plan_launch(
@@ -106,7 +125,7 @@ def plan_launch(
             for h in hosts
         }
         return Launch("torchrun-nodes", tuple(hosts), tuple(range(per_node)), commands)
-    chosen = choose_gpus(gpus.topology, gpus.count, wanted or gpus.count)
+    chosen = choose_gpus(gpus.topology, gpus.indices, wanted or gpus.count)
     engine = "python" if len(chosen) == 1 else "torchrun"
     command = single_host_command(spec, chosen, pythons[hosts[0]])
     return Launch(engine, (hosts[0],), chosen, {hosts[0]: command})
@@ -146,7 +165,7 @@ async def launch(
     job_id = f"gpuconsole-{spec.recipe}-{int(time.time())}"
     async with _shells_for(targets, settings) as shells:
         first = shells[hosts[0]]
-        found = HostGpus(0, None, None, None) if slurm_nodes else await host_gpus(first)
+        found = HostGpus((), None, None, None) if slurm_nodes else await host_gpus(first)
         several = len(hosts) > 1 and slurm_nodes is None
         addresses = await node_addresses(shells, pythons) if several else None
         plan = plan_launch(spec, hosts, found, gpus, slurm_nodes, job_id, pythons, addresses)
