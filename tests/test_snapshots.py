@@ -39,3 +39,7 @@ def test_light_theme_host_120x40(snap_compare, make_app) -> None:
     assert snap_compare(
         make_app(theme="gpuconsole-light"), terminal_size=(120, 40), press=["enter"]
     )
+
+
+def test_triage_120x40(snap_compare, make_app) -> None:
+    assert snap_compare(make_app(), terminal_size=(120, 40), press=["T"])

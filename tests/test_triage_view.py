@@ -1,18 +1,28 @@
-"""The triage view: every finding and firing alert, worst first, then newest, each with what to
-do next; Enter opens the host at the GPU."""
+"""The triage view: one row per problem (a finding with the alerts raised on it, or an alert
+on no finding), worst first, then newest, each with what to do next from its own rule; Enter
+opens the host at the GPU."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from conftest import NOW
+from hypothesis import given
+from hypothesis import strategies as st
 from test_app import tick
 
+from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.engine import FIRING, PENDING, Alert
+from gpuconsole.alerts.rules import rule_from_dict
 from gpuconsole.model import Finding, GpuState, HostSnapshot, Severity
+from gpuconsole.record.episodes import ALERT, FINDING, finding_ident
 from gpuconsole.screens.host import HostScreen
 from gpuconsole.screens.triage import TriageScreen
 from gpuconsole.store import FleetStore
-from gpuconsole.triage_view import alert_next_step, triage_items
+from gpuconsole.triage_view import alert_next_step, triage_items, watched_codes
 from gpuconsole.widgets.keyed_table import KeyedTable
+
+RULES = {rule.name: rule for rule in DEFAULT_RULES}
 
 
 def store_with(*snapshots: HostSnapshot) -> FleetStore:
@@ -42,38 +52,140 @@ def alert(rule: str, host: str, gpu: int | None, since: float, **changes: object
     return Alert(**fields)  # type: ignore[arg-type]
 
 
-def test_worst_first_then_newest_and_pending_alerts_left_out() -> None:
+def test_worst_first_then_newest_with_alerts_folded_into_their_findings() -> None:
     store = store_with(hot("n1", 90.0), hot("n2", 86.0))
     onsets = {"n1/1/gpu-lost": NOW - 300, "n2/1/gpu-lost": NOW - 10, "n1/0/thermal-throttle": NOW}
     alerts = [
         alert("gpu-temperature-high", "n2", 0, NOW - 60),
-        alert("gpu-memory-high", "n1", 0, NOW - 5, state=PENDING),
+        alert("gpu-memory-high", "n1", 0, NOW - 5, state=PENDING),  # on no finding: no row
+        alert("gpu-utilization-high", "n2", None, NOW - 30),  # on no finding: its own row
     ]
-    items = triage_items(store, alerts, onsets.get)
-    assert [(i.severity, i.host, i.code, i.since) for i in items] == [
-        (Severity.CRITICAL, "n1", "thermal-throttle", NOW),
-        (Severity.CRITICAL, "n2", "gpu-lost", NOW - 10),
-        (Severity.CRITICAL, "n1", "gpu-lost", NOW - 300),
-        (Severity.WARNING, "n2", "gpu-temperature-high", NOW - 60),
-        (Severity.WARNING, "n2", "temp-high", None),  # no onset known: after the known ones
+    items = triage_items(store, alerts, onsets.get, DEFAULT_RULES)
+    assert [(i.severity, i.host, i.kind, i.code, i.since) for i in items] == [
+        (Severity.CRITICAL, "n1", FINDING, "thermal-throttle", NOW),
+        (Severity.CRITICAL, "n2", FINDING, "gpu-lost", NOW - 10),
+        (Severity.CRITICAL, "n1", FINDING, "gpu-lost", NOW - 300),
+        (Severity.WARNING, "n2", ALERT, "gpu-utilization-high", NOW - 30),
+        (Severity.WARNING, "n2", FINDING, "temp-high", NOW - 60),  # since its alert's onset
     ]
     assert items[0].next_step.startswith("check airflow, fans and inlet temperature")
     assert items[1].next_step.startswith("reboot the node")  # the XID 79 catalog action
-
-
-def test_an_alert_says_what_to_do_from_its_runbook_else_from_the_finding_it_fires_on() -> None:
-    findings = [
-        Finding(Severity.INFO, "power-cap", "at the cap", "expected under full load", "n1", 0),
-        Finding(Severity.CRITICAL, "thermal-throttle", "too hot", "check airflow", "n1", 0),
-        Finding(Severity.CRITICAL, "gpu-lost", "gone", "reboot the node", "n1", 1),
+    assert [(a.rule, a.state, a.since) for a in items[4].alerts] == [
+        ("gpu-temperature-high", FIRING, NOW - 60)
     ]
+    assert "utilization_pct > 95" in items[3].next_step
+
+
+def test_an_alert_on_no_finding_says_what_to_do_from_its_own_rule() -> None:
     runbook = alert("gpu-hot", "n1", 0, NOW, labels=(("runbook", "https://wiki/gpu-hot"),))
-    assert alert_next_step(runbook, findings, ()) == "https://wiki/gpu-hot"
-    fires_on = alert("gpu-throttling", "n1", 0, NOW)
-    assert alert_next_step(fires_on, findings, ("power-cap",)) == "expected under full load"
-    assert alert_next_step(fires_on, findings, ()) == "check airflow"  # the worst on its GPU
+    assert alert_next_step(runbook, None) == "https://wiki/gpu-hot"
     nothing = alert("gpu-utilization-high", "n1", None, NOW)
-    assert "alert rule gpu-utilization-high" in alert_next_step(nothing, findings, ())
+    assert alert_next_step(nothing, RULES["gpu-utilization-high"]) == (
+        "open n1 and check the readings behind alert rule gpu-utilization-high "
+        "(utilization_pct > 95)"
+    )
+
+
+def test_the_memory_alert_takes_the_memory_remedy_not_that_of_a_power_cap_beside_it() -> None:
+    """The bug of the demo: the alert took the remedy of whichever finding of its GPU came first."""
+    power = Finding(Severity.INFO, "power-cap", "at the cap", "expected under full load", "n1", 0)
+    memory = Finding(Severity.INFO, "mem-pressure", "87 % used", "keep 20 % free", "n1", 0)
+    items = triage_items(
+        cast(FleetStore, _Findings({"n1": (power, memory)})),
+        [alert("gpu-memory-high", "n1", 0, NOW - 400)],
+        {}.get,
+        DEFAULT_RULES,
+    )
+    assert [(i.code, i.next_step, [a.rule for a in i.alerts]) for i in items] == [
+        ("mem-pressure", "keep 20 % free", ["gpu-memory-high"]),
+        ("power-cap", "expected under full load", []),
+    ]
+
+
+def test_the_codes_a_rule_watches() -> None:
+    assert watched_codes(RULES["gpu-memory-high"]) == {"mem-pressure"}
+    assert watched_codes(RULES["gpu-power-at-limit"]) == {"power-cap"}
+    assert watched_codes(RULES["gpu-temperature-high"]) == {"thermal-throttle", "temp-high"}
+    assert watched_codes(RULES["gpu-utilization-high"]) == set()
+    assert watched_codes(RULES["gpu-xid"]) == {"xid", "gpu-lost"}
+    table = {"name": "hot", "expr": "temperature_c > 70", "severity": "info", "message": "hot"}
+    user = rule_from_dict(table, "test")
+    assert watched_codes(user) == {"thermal-throttle", "temp-high"}
+
+
+class _Findings:
+    """A store's findings, as given."""
+
+    def __init__(self, findings: dict[str, tuple[Finding, ...]]) -> None:
+        self._findings = findings
+        self.hosts = list(findings)
+
+    def findings(self, host: str) -> tuple[Finding, ...]:
+        return self._findings[host]
+
+
+_CODES = ("mem-pressure", "power-cap", "temp-high", "thermal-throttle", "gpu-lost", "xid")
+_REMEDIES = {code: f"remedy of {code}" for code in _CODES}
+_finding = st.builds(
+    lambda severity, code, host, gpu: Finding(
+        severity, code, f"{code} on {host}", _REMEDIES[code], host, gpu
+    ),
+    st.sampled_from(Severity),
+    st.sampled_from(_CODES),
+    st.sampled_from(("n1", "n2")),
+    st.sampled_from((None, 0, 1)),
+)
+_alert = st.builds(
+    lambda rule, host, gpu, state, since, runbook: alert(
+        rule,
+        host,
+        gpu,
+        since,
+        state=state,
+        labels=(("runbook", f"runbook of {rule}"),) if runbook else (),
+    ),
+    st.sampled_from(sorted(RULES)),
+    st.sampled_from(("n1", "n2", "n3")),  # n3: a host the store does not know
+    st.sampled_from((None, 0, 1)),
+    st.sampled_from((FIRING, PENDING)),
+    st.floats(NOW - 3600, NOW),
+    st.booleans(),
+)
+
+
+@given(st.lists(_finding, max_size=12), st.lists(_alert, max_size=12))
+def test_one_row_per_problem_each_with_its_own_remedy(
+    findings: list[Finding], alerts: list[Alert]
+) -> None:
+    by_host: dict[str, tuple[Finding, ...]] = {"n1": (), "n2": ()}
+    seen: set[str] = set()
+    for finding in findings:  # one finding per identity, as the health rules give
+        if finding_ident(finding) not in seen:
+            seen.add(finding_ident(finding))
+            by_host[finding.host] += (finding,)
+    unique = {a.key: a for a in alerts}  # the engine keeps one alert per key
+    items = triage_items(
+        cast(FleetStore, _Findings(by_host)), unique.values(), {}.get, DEFAULT_RULES
+    )
+
+    keys = [i.key for i in items]
+    assert len(keys) == len(set(keys))  # no problem twice
+    assert {i.key for i in items if i.kind == FINDING} == seen  # every finding on its row
+    for item in items:
+        if item.kind == FINDING:
+            assert item.next_step == _REMEDIES[item.code]  # its own finding's remedy
+            for shown in item.alerts:  # only alerts whose rule watches the row's code
+                assert item.code in watched_codes(RULES[shown.rule])
+        else:
+            (shown,) = item.alerts
+            assert (shown.rule, shown.state) == (item.code, FIRING)
+            labels = dict(unique[(item.code, item.host, item.gpu)].labels)
+            assert item.next_step == labels.get("runbook", item.next_step)  # its own runbook
+            assert item.next_step not in _REMEDIES.values()
+    on_rows = [(a.rule, i.host, i.gpu) for i in items for a in i.alerts]
+    assert len(on_rows) == len(set(on_rows))
+    firing = {key for key, a in unique.items() if a.state == FIRING}
+    assert firing <= set(on_rows)  # every firing alert on exactly one row
 
 
 async def test_the_view_lists_the_demo_fleet_and_opens_a_host_at_its_gpu(make_app, clock) -> None:
@@ -88,9 +200,10 @@ async def test_the_view_lists_the_demo_fleet_and_opens_a_host_at_its_gpu(make_ap
         ranks = [-int(i.severity) for i in items]
         assert ranks == sorted(ranks)
         findings = sum(len(app.fleet.store.findings(h)) for h in app.fleet.store.hosts)
+        assert len(items) == findings  # every firing alert of the demo is on a finding's row
         firing = [a for a in app.fleet.alerts.active() if a.state == FIRING]
-        assert len(items) == findings + len(firing)
-        assert firing and {("alert", a.rule) for a in firing} <= {(i.kind, i.code) for i in items}
+        folded = [(a.rule, i.host, i.gpu) for i in items for a in i.alerts if a.state == FIRING]
+        assert firing and sorted(a.key for a in firing) == sorted(folded)
         assert all(i.next_step for i in items)
         table = screen.query_one("#triage", KeyedTable)
         assert table.row_count == len(items)
@@ -122,3 +235,21 @@ async def test_a_finding_that_appears_is_newest_among_its_severity(make_app, clo
             "pcie-degraded",
             clock(),
         )
+
+
+async def test_the_demo_after_five_minutes_one_row_per_problem(make_app, clock) -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        tick(app, clock)
+        tick(app, clock, 300.0)  # the memory and power alerts' 5m have passed
+        await pilot.press("T")
+        await pilot.pause()
+        items = app.screen.items
+        assert len(items) == 24
+        memory = next(i for i in items if (i.where, i.code) == ("h100-02 GPU 0", "mem-pressure"))
+        assert [(a.rule, a.state) for a in memory.alerts] == [("gpu-memory-high", FIRING)]
+        assert memory.next_step.startswith("keep 20 % of GPU memory free")
+        alone = [(i.where, i.code) for i in items if i.kind == ALERT]
+        assert alone == [("h100-03", "gpu-utilization-high")]  # host-wide: no finding of its own
+        findings = sum(len(app.fleet.store.findings(h)) for h in app.fleet.store.hosts)
+        assert len(items) == findings + 1

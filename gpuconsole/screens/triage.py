@@ -1,5 +1,6 @@
-"""The triage view (`T`): every finding and firing alert of the fleet, worst first, then newest;
-below the list, the highlighted line in full with what to do next. Enter opens its host and GPU.
+"""The triage view (`T`): one row per problem of the fleet (a finding with the alerts raised on
+it, or a firing alert on no finding; see `gpuconsole.triage_view`), worst first, then newest;
+below the list, the highlighted row in full with what to do next. Enter opens its host and GPU.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from textual.binding import Binding
 from textual.events import Resize
 from textual.widgets import DataTable, Footer, Static
 
+from gpuconsole.alerts.engine import FIRING
 from gpuconsole.record.episodes import ALERT
 from gpuconsole.record.when import clock
 from gpuconsole.screens.base import ConsoleScreen
@@ -27,11 +29,13 @@ _FIXED = (
     ColumnSpec("where", "Where", 16),
 )
 _MIN_TEXT = 16
+_WIDE = 120
+"""From this width the Alert column says since when, as well as pending or firing."""
 
 
 class TriageScreen(ConsoleScreen):
     """The fleet's problems as one list; ``since`` says how new each one is: when the finding
-    or alert of an identity began, None when not known."""
+    or alert of an identity began (the session's onsets), None when not known."""
 
     HELP_TITLE = "Triage"
     HELP_ORDER = 50
@@ -85,13 +89,16 @@ class TriageScreen(ConsoleScreen):
     def refresh_view(self, changed: set[str] | None) -> None:
         super().refresh_view(changed)
         self.items = triage_items(self.store, self._alerts(), self._since, self._rules)
-        width = self.size.width or 120
-        rest = max(2 * _MIN_TEXT, width - sum((c.width or 0) + 2 for c in _FIXED) - 6)
+        width = self.size.width or _WIDE
+        self._alert_times = width >= _WIDE
+        alert = ColumnSpec("alert", "Alert", 16 if self._alert_times else 7)
+        fixed = (*_FIXED, alert)
+        rest = max(2 * _MIN_TEXT, width - sum((c.width or 0) + 2 for c in fixed) - 6)
         what = max(_MIN_TEXT, rest * 2 // 5)
         self._widths = (what, rest - what)
         self.table.set_columns(
             (
-                *_FIXED,
+                *fixed,
                 ColumnSpec("what", "Problem", what),
                 ColumnSpec("next", "What to do next", rest - what),
             )
@@ -111,15 +118,24 @@ class TriageScreen(ConsoleScreen):
             cells.severity_badge(item.severity, self.palette),
             Text("N/A", style="dim") if item.since is None else Text(clock(item.since)),
             Text(item.where, style="bold"),
+            self._alert_cell(item),
             what,
             step,
         )
 
+    def _alert_cell(self, item: TriageItem) -> Text:
+        shown = item.alert_state
+        if shown is None:
+            return Text("")
+        style = "bold" if shown.state == FIRING else "dim"
+        text = f"{shown.state} {clock(shown.since)}" if self._alert_times else shown.state
+        return Text(text, style=style)
+
     def _show_status(self) -> None:
-        findings = sum(1 for i in self.items if i.kind != ALERT)
-        alerts = len(self.items) - findings
-        line = Text(f"{findings} finding{'s' if findings != 1 else ''}")
-        line.append(f", {alerts} firing alert{'s' if alerts != 1 else ''}")
+        rows = len(self.items)
+        firing = sum(1 for i in self.items for a in i.alerts if a.state == FIRING)
+        line = Text(f"{rows} problem{'s' if rows != 1 else ''}")
+        line.append(f", {firing} firing alert{'s' if firing != 1 else ''} on them")
         line.append(" · worst first, then newest · Enter opens the host", style="dim")
         self.query_one("#triage-status", Static).update(line)
 
@@ -141,11 +157,14 @@ class TriageScreen(ConsoleScreen):
         )
         if item.since is not None:
             head.append(f" · since {clock(item.since)} UTC", style="dim")
-        widget.update(
-            Text("\n").join(
-                [head, Text(item.what), Text.assemble(("next: ", "bold"), item.next_step)]
+        lines = [head, Text(item.what)]
+        if item.kind != ALERT and item.alerts:
+            alerts = ", ".join(
+                f"{a.rule} {a.state} since {clock(a.since)} UTC" for a in item.alerts
             )
-        )
+            lines.append(Text.assemble(("alerts: ", "bold"), alerts))
+        lines.append(Text.assemble(("next: ", "bold"), item.next_step))
+        widget.update(Text("\n").join(lines))
 
     @on(DataTable.RowHighlighted, "#triage")
     def _highlighted(self, _event: DataTable.RowHighlighted) -> None:
