@@ -58,6 +58,7 @@ RULES: dict[str, str] = {
     "ecc-uncorrectable": "uncorrectable ECC errors since the driver loaded",
     "row-remap-pending": "an HBM row remap waits for a GPU reset",
     "row-remap-failure": "the GPU failed to remap a faulty HBM row",
+    "retired-pages-pending": "a page retirement waits for a GPU reset or reboot to take effect",
     "pcie-degraded": "the PCIe link trained below its width, or below its generation under load",
     "mem-pressure": f"more than {_pct(MEMORY_RESERVE_FRACTION)} of GPU memory used (the guide's "
     f"{_pct(1 - MEMORY_RESERVE_FRACTION)} reserve); {_pct(MEMORY_FULL_FRACTION)} warns",
@@ -345,6 +346,21 @@ def _remap_failure(gpu: GpuState) -> _Issue | None:
     )
 
 
+def _retired_pages_pending(gpu: GpuState) -> _Issue | None:
+    if not gpu.retired_pages_pending:
+        return None
+    return _Issue(
+        Severity.WARNING,
+        "retired-pages-pending",
+        f"GPU {gpu.index}: a memory page retirement is pending until the GPU is reset",
+        _recovery(
+            gpu,
+            f"reset the GPU when no process runs on it (nvidia-smi -r -i {gpu.index}), "
+            "or reboot the node",
+        ),
+    )
+
+
 _RECOVERY_ACTIONS: dict[str, str] = {
     "gpu-reset": "reset the GPU when no process runs on it (nvidia-smi -r -i {gpu})",
     "node-reboot": "drain the node and reboot it",
@@ -454,6 +470,7 @@ _GPU_RULES: tuple[GpuRule, ...] = (
     _ecc,
     _remap_pending,
     _remap_failure,
+    _retired_pages_pending,
     _pcie,
     _recovery_action,
     _persistence,

@@ -178,6 +178,8 @@ class GpuState:
     throttle_reasons: tuple[str, ...] | None = None
     ecc: EccCounts | None = None
     remap: RowRemap | None = None
+    retired_pages_pending: bool | None = None
+    """A page retirement (pre-Ampere ECC pages) waits for a GPU reset or reboot to take effect."""
     recovery_action: str | None = None
     pcie: PcieLink | None = None
     persistence_mode: bool | None = None

@@ -91,7 +91,7 @@ _GPU_NUMBERS = _Ranges(
     }
 )
 _GPU_TEXTS = ("name", "uuid", "pci_bus_id", "pstate", "recovery_action", "compute_mode")
-_GPU_FLAGS = ("persistence_mode", "mig_mode")
+_GPU_FLAGS = ("persistence_mode", "mig_mode", "retired_pages_pending")
 _ECC_NUMBERS = _Ranges({f.name: (_COUNT, True) for f in dataclasses.fields(EccCounts)})
 _REMAP_NUMBERS = _Ranges(
     {"correctable": ((0, 1 << 20), True), "uncorrectable": ((0, 1 << 20), True)}

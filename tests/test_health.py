@@ -438,7 +438,12 @@ def every_fault() -> tuple[HostSnapshot, list[HostSnapshot]]:
         healthy(1, temperature_c=90.0),
         healthy(2, temperature_c=86.0, throttle_reasons=("hw-power-brake", "sw-power-cap")),
         healthy(3, throttle_reasons=("hw-slowdown",), ecc=EccCounts(0, 2, 0, 2)),
-        healthy(4, remap=RowRemap(pending=True, failure=True), pcie=PcieLink(4, 8, 5, 16)),
+        healthy(
+            4,
+            remap=RowRemap(pending=True, failure=True),
+            retired_pages_pending=True,
+            pcie=PcieLink(4, 8, 5, 16),
+        ),
         healthy(5, memory_used_mib=142_000.0, fan_pct=-1.0),  # no fan turns backwards
         healthy(6, memory_used_mib=125_000.0),
         healthy(7, utilization_pct=0.0, recovery_action="gpu-reset", persistence_mode=False),

@@ -117,6 +117,7 @@ def _gpu_fields(gpu: GpuState) -> list[Field]:
         ("utilization/gpu_util", _quantity(gpu.utilization_pct, " %")),
         ("utilization/memory_util", _quantity(gpu.memory_utilization_pct, " %")),
         *_ecc_fields(gpu.ecc),
+        ("retired_pages/pending_retirement", _flag(gpu.retired_pages_pending, "Yes", "No")),
         *_remap_fields(gpu),
         *_temperature_fields(gpu),
         ("gpu_power_readings/average_power_draw", _watts(gpu.power_w)),

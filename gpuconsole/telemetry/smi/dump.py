@@ -1,5 +1,6 @@
 """nvidia-smi's ``-q -x`` XML and ``-q`` text dumps read into a `HostSnapshot`: both are read
-into one tree of entries, then each GPU's section through its format's paths.
+into one tree of entries, then each GPU's section through its format's paths. `parse_dump` also
+takes a ``--query-gpu`` CSV with its header line (`gpuconsole.telemetry.smi.query`).
 
 The tree is bounded as it is built (`MAX_ENTRIES`, `MAX_DEPTH`) and its text by `MAX_OUTPUT_SIZE`;
 `read_dump` reads a saved dump within that size, whatever the file is.
@@ -22,9 +23,11 @@ from gpuconsole.model import (
     GpuProcess,
     GpuState,
     HostSnapshot,
+    MigInstance,
     PcieLink,
     RowRemap,
 )
+from gpuconsole.telemetry.smi.query import is_query_header, parse_query_gpu_dump
 from gpuconsole.telemetry.smi.values import (
     MAX_DEPTH,
     MAX_ENTRIES,
@@ -198,6 +201,10 @@ _XML_PATHS: dict[str, tuple[str, ...]] = {
     "remap_uncorrectable": ("remapped_rows/remapped_row_unc",),
     "remap_pending": ("remapped_rows/remapped_row_pending",),
     "remap_failure": ("remapped_rows/remapped_row_failure",),
+    "retired_pages_pending": (
+        "retired_pages/pending_retirement",
+        "retired_pages/pending_blacklist",
+    ),
     "recovery_action": ("gpu_recovery_action",),
     "pcie_gen": ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",),
     "pcie_max_gen": ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
@@ -227,6 +234,7 @@ _TEXT_PATHS: dict[str, tuple[str, ...]] = {
     ),
     "power_limit_w": (
         "GPU Power Readings/Current Power Limit",
+        "GPU Power Readings/GPU Ceiling Power Limit/Current Power Limit",
         "Power Readings/Enforced Power Limit",
         "Power Readings/Power Limit",
     ),
@@ -244,6 +252,7 @@ _TEXT_PATHS: dict[str, tuple[str, ...]] = {
     "remap_uncorrectable": ("Remapped Rows/Uncorrectable Error",),
     "remap_pending": ("Remapped Rows/Pending",),
     "remap_failure": ("Remapped Rows/Remapping Failure Occurred",),
+    "retired_pages_pending": ("Retired Pages/Pending Page Blacklist",),
     "recovery_action": ("GPU Recovery Action",),
     "pcie_gen": ("PCI/GPU Link Info/PCIe Generation/Current",),
     "pcie_max_gen": ("PCI/GPU Link Info/PCIe Generation/Max",),
@@ -326,11 +335,43 @@ def _gpu_state(gpu: _Gpu) -> GpuState:
         throttle_reasons=_throttle(gpu),
         ecc=_ecc(gpu),
         remap=_remap(gpu),
+        retired_pages_pending=gpu.read("retired_pages_pending", _flag),
         recovery_action=gpu.read("recovery_action", _kebab),
         pcie=_pcie(gpu),
         persistence_mode=gpu.read("persistence_mode", _flag),
         compute_mode=gpu.read("compute_mode", _text),
         mig_mode=gpu.read("mig_mode", _flag),
+        mig_instances=_mig_instances(gpu),
+    )
+
+
+def _mig_instances(gpu: _Gpu) -> tuple[MigInstance, ...]:
+    """The MIG devices a dump lists (XML ``mig_devices/mig_device``, text "MIG Devices/MIG
+    Device"): their GPU and compute instance ids and memory. A dump names no profile or UUID."""
+    section = gpu.node.find("mig_devices")
+    return tuple(
+        _mig_instance(gpu, device)
+        for device in (section.children if section else ())
+        if device.key == "mig_device"
+    )
+
+
+def _mig_instance(gpu: _Gpu, device: _Node) -> MigInstance:
+    instance = gpu.parse(device.raw("gpu_instance_id"), _integer, "MIG device GPU instance ID")
+    if instance is None:
+        raise SmiParseError(f"GPU {gpu.index}: a MIG device without a GPU instance ID")
+    return MigInstance(
+        gpu_instance_id=instance,
+        compute_instance_id=gpu.parse(
+            device.raw("compute_instance_id"), _integer, "MIG device compute instance ID"
+        ),
+        profile=None,
+        memory_total_mib=gpu.parse(
+            device.raw("fb_memory_usage/total"), _number, "MIG device FB memory total"
+        ),
+        memory_used_mib=gpu.parse(
+            device.raw("fb_memory_usage/used"), _number, "MIG device FB memory used"
+        ),
     )
 
 
@@ -473,17 +514,20 @@ def _snapshot(
     paths: Mapping[str, tuple[str, ...]],
     processes_of: Callable[[_Node, int], list[GpuProcess]],
     versions: tuple[str | None, str | None],
+    attached: str | None,
     host: str,
     time: float,
 ) -> HostSnapshot:
     """GPUs are numbered in the order the dump lists them, as nvidia-smi numbers them.
 
-    A dump of more GPUs than a host can have is refused before they are read (~0.2 ms each).
+    A dump of more GPUs than a host can have is refused before they are read (~0.2 ms each), and
+    so is one that holds fewer GPU sections than its "Attached GPUs" line promises.
     """
     if len(sections) > MAX_GPUS:
         raise SmiParseError(
             f"{len(sections)} GPU sections, more than the {MAX_GPUS} a host can have"
         )
+    _check_complete(len(sections), attached)
     gpus, processes = [], []
     for index, (node, bus_id) in enumerate(sections):
         gpu = _gpu_state(_Gpu(node, paths, index, bus_id))
@@ -495,11 +539,35 @@ def _snapshot(
         time=time,
         gpus=tuple(gpus),
         processes=tuple(processes),
-        driver_version=_text(versions[0]),
-        cuda_version=_text(versions[1]),
+        driver_version=_version(versions[0]),
+        cuda_version=_version(versions[1]),
         source="nvidia-smi",
     )
     return vetted(snapshot)
+
+
+def _check_complete(count: int, attached: str | None) -> None:
+    """SmiParseError for a dump cut off before its last GPU: fewer GPU sections than its
+    "Attached GPUs" count, or none at all (``nvidia-smi -q -i N`` also lists fewer)."""
+    try:
+        promised = _integer(attached)
+    except ValueError:
+        raise SmiParseError(f"Attached GPUs reads {_text(attached)!r}, not a count") from None
+    if promised is not None and count < promised:
+        raise SmiParseError(
+            f"incomplete: it announces {promised} GPUs (Attached GPUs) but holds {count} "
+            "(cut off, or dumped for fewer GPUs with -i)"
+        )
+    if count == 0:
+        raise SmiParseError("incomplete: no GPU section (cut off before the first GPU)")
+
+
+_DEPRECATED_TAIL = re.compile(r"\s*\[deprecated;[^\]]*\]?\s*\Z", re.IGNORECASE)
+"""Driver 610's note after a version: "616.92 [Deprecated; will be removed in CUDA 14.0. ...]"."""
+
+
+def _version(text: str | None) -> str | None:
+    return None if text is None else _text(_DEPRECATED_TAIL.sub("", text))
 
 
 # --- -q -x XML, -q text, either ------------------------------------------------------------------
@@ -541,7 +609,8 @@ def parse_xml(text: str, host: str, time: float) -> HostSnapshot:
         raise SmiParseError(f"not an nvidia-smi -q -x dump: its root is <{root.tag}>")
     sections = [(_from_element(gpu), gpu.get("id")) for gpu in root.iterfind("gpu")]
     versions = (root.findtext("driver_version"), root.findtext("cuda_version"))
-    return _snapshot(sections, _XML_PATHS, _xml_processes, versions, host, time)
+    attached = root.findtext("attached_gpus")
+    return _snapshot(sections, _XML_PATHS, _xml_processes, versions, attached, host, time)
 
 
 _GPU_SECTION = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
@@ -555,11 +624,13 @@ def parse_q_text(text: str, host: str, time: float) -> HostSnapshot:
         (node, match[1]) for node in root.children if (match := _GPU_SECTION.fullmatch(node.label))
     ]
     versions = (root.raw("Driver Version"), root.raw("CUDA Version"))
-    return _snapshot(sections, _TEXT_PATHS, _text_processes, versions, host, time)
+    attached = root.raw("Attached GPUs")
+    return _snapshot(sections, _TEXT_PATHS, _text_processes, versions, attached, host, time)
 
 
 def parse_dump(text: str, host: str, time: float) -> HostSnapshot:
-    """A saved dump, ``-q -x`` XML or ``-q`` text, told apart by how it starts."""
+    """A saved dump, ``-q -x`` XML, ``-q`` text or ``--query-gpu`` CSV with its header line,
+    told apart by how it starts."""
     check_size(text, "the dump")
     head = text.lstrip("\ufeff \t\r\n")
     first_line = head.partition("\n")[0].strip()
@@ -567,6 +638,8 @@ def parse_dump(text: str, host: str, time: float) -> HostSnapshot:
         return parse_xml(head, host, time)
     if _BANNER in first_line:
         return parse_q_text(head, host, time)
+    if is_query_header(first_line):
+        return parse_query_gpu_dump(head, host, time)
     if not first_line:
         raise SmiParseError("the dump is empty")
     raise SmiParseError(

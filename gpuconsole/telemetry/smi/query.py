@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpuconsole.model import EccCounts, GpuProcess, GpuState, PcieLink
+from gpuconsole.model import EccCounts, GpuProcess, GpuState, HostSnapshot, PcieLink
 from gpuconsole.telemetry.smi.values import (
     MAX_ENTRIES,
     SmiParseError,
@@ -21,6 +21,7 @@ from gpuconsole.telemetry.smi.values import (
     _text,
     check_size,
 )
+from gpuconsole.untrusted import vetted
 
 # --- CSV -----------------------------------------------------------------------------------------
 
@@ -68,7 +69,32 @@ QUERY_GPU_FIELDS: tuple[str, ...] = tuple(_GPU_CSV)
 """The ``--query-gpu`` fields that cover what the model holds and nvidia-smi can give."""
 QUERY_COMPUTE_APPS_FIELDS: tuple[str, ...] = ("pid", "process_name", "gpu_uuid", "used_gpu_memory")
 
-_FIELD_NAME = re.compile(r"([a-z_][a-z0-9_.]*)(?:\s*\[[^\]]*\])?")
+_FIELD_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?:\s*\[[^\]]*\])?")
+"""A header cell: a field name as nvidia-smi spells it (``pci.baseClass``), and its unit."""
+_KNOWN_FIELDS = frozenset(
+    {*_GPU_CSV, *_GPU_CSV_ALIASES, *QUERY_COMPUTE_APPS_FIELDS, "driver_version", "gpu_bus_id"}
+)
+
+
+def _header(cells: Sequence[str]) -> list[str] | None:
+    """The field names of a header line; None for a row of values.
+
+    Every cell must read as a field name, and one must be a known field or dotted as most are:
+    a row of words ("P0, Default") is values.
+    """
+    matches = [_FIELD_NAME.fullmatch(cell.strip()) for cell in cells]
+    names = [match[1] for match in matches if match]
+    if len(names) < len(matches) or not names:
+        return None
+    if not any("." in name or name.casefold() in _KNOWN_FIELDS for name in names):
+        return None
+    return names
+
+
+def is_query_header(line: str) -> bool:
+    """Whether ``line`` is the header line ``--query-gpu``/``--query-compute-apps`` CSV starts
+    with."""
+    return len(line) <= 10_000 and _header(line.split(",")) is not None
 
 
 def _csv_records(text: str, fields: Sequence[str] | None) -> list[dict[str, str]]:
@@ -76,9 +102,9 @@ def _csv_records(text: str, fields: Sequence[str] | None) -> list[dict[str, str]
     rows = _csv_rows(text)
     if not rows:
         return []
-    header = [_FIELD_NAME.fullmatch(cell.strip()) for cell in rows[0]]
-    if all(header):
-        fields = [match[1] for match in header if match]
+    header = _header(rows[0])
+    if header is not None:
+        fields = header
         rows = rows[1:]
     elif fields is None:
         start = ", ".join(rows[0])[:60]
@@ -119,7 +145,8 @@ def parse_query_gpu_csv(text: str, fields: Sequence[str] | None = None) -> list[
 def _csv_gpu(record: Mapping[str, str], row: int) -> GpuState:
     values: dict[str, Any] = {"index": row}
     for name, raw in record.items():
-        spec = _GPU_CSV.get(_GPU_CSV_ALIASES.get(name, name))
+        key = name.casefold()
+        spec = _GPU_CSV.get(_GPU_CSV_ALIASES.get(key, key))
         if spec is None:
             continue
         target, parser = spec
@@ -134,6 +161,27 @@ def _csv_gpu(record: Mapping[str, str], row: int) -> GpuState:
         ecc=None if ecc == EccCounts() else ecc,
         pcie=None if pcie == PcieLink(None, None, None, None) else pcie,
     )
+
+
+def parse_query_gpu_dump(text: str, host: str, time: float) -> HostSnapshot:
+    """A saved ``--query-gpu=... --format=csv`` (its header line names the fields) as a snapshot
+    of ``host`` at ``time``; the driver version is read from a ``driver_version`` column."""
+    records = _csv_records(text, None)
+    if not records:
+        raise SmiParseError("a CSV header without GPU rows")
+    names = {name.casefold() for name in records[0]}
+    if not any(_GPU_CSV_ALIASES.get(name, name) in _GPU_CSV for name in names):
+        raise SmiParseError("a CSV of no --query-gpu field this reads: not --query-gpu output")
+    gpus = tuple(_csv_gpu(record, row) for row, record in enumerate(records))
+    drivers = {_text(record.get("driver_version")) for record in records} - {None}
+    snapshot = HostSnapshot(
+        host=host,
+        time=time,
+        gpus=gpus,
+        driver_version=drivers.pop() if len(drivers) == 1 else None,
+        source="nvidia-smi",
+    )
+    return vetted(snapshot)
 
 
 def _take(values: dict[str, Any], prefix: str) -> dict[str, Any]:

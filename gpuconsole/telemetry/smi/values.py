@@ -62,6 +62,7 @@ _MISSING = frozenset(
         "insufficient permissions",
         "not found",
         "not available",
+        "not available in wddm driver model",
     }
 )
 _NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)\s*[A-Za-z%/()]*")
