@@ -21,6 +21,7 @@ from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.commands import ConsoleCommands
 from gpuconsole.screens.fleet import FleetScreen
 from gpuconsole.screens.help import HelpScreen
+from gpuconsole.store import HISTORY_READINGS
 from gpuconsole.telemetry import Source
 from gpuconsole.terminal.strips import guard_strips
 from gpuconsole.themes import DEFAULT_THEME, THEMES
@@ -89,7 +90,7 @@ class GpuConsoleApp(App[None]):
         theme: str = DEFAULT_THEME,
         auto_poll: bool = True,
         background_start: bool = True,
-        history_seconds: int = 120,
+        history_seconds: int = HISTORY_READINGS,
         signals: ProcessSignals | None = None,
         alert_rules: Sequence[AlertRule] | None = None,
         recorder: Recorder | None = None,

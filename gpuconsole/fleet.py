@@ -23,7 +23,7 @@ from gpuconsole.alerts.rules import AlertRule
 from gpuconsole.poller import Reading, ingest, prime
 from gpuconsole.record.episodes import FINDING, OnsetTracker
 from gpuconsole.record.recorder import Recorder, tick_of
-from gpuconsole.store import FleetStore
+from gpuconsole.store import HISTORY_READINGS, FleetStore
 from gpuconsole.telemetry import Source
 
 
@@ -49,7 +49,7 @@ class FleetSession:
         hosts: Iterable[str],
         rules: Sequence[AlertRule],
         *,
-        history_seconds: int = 120,
+        history_seconds: int = HISTORY_READINGS,
         recorder: Recorder | None = None,
     ) -> None:
         self.store = FleetStore(hosts, history_length=history_seconds)

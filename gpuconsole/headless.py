@@ -21,9 +21,8 @@ from gpuconsole.fleet import FleetSession
 from gpuconsole.model import HostSnapshot
 from gpuconsole.poller import collect
 from gpuconsole.record.recorder import Recorder
+from gpuconsole.store import HISTORY_READINGS
 from gpuconsole.telemetry import Source
-
-HISTORY_SECONDS = 120
 
 
 def record_fleet(
@@ -41,9 +40,9 @@ def record_fleet(
     watched = _Stoppable(source, stop)
     try:
         fleet = FleetSession(
-            watched.hosts, rules, history_seconds=HISTORY_SECONDS, recorder=recorder
+            watched.hosts, rules, history_seconds=HISTORY_READINGS, recorder=recorder
         )
-        fleet.prime(watched, HISTORY_SECONDS)
+        fleet.prime(watched, HISTORY_READINGS)
         began = time.monotonic()
         rounds = 0
         while not stop.is_set():

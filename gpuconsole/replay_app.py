@@ -39,10 +39,11 @@ from gpuconsole.record.episodes import Episode
 from gpuconsole.record.reader import Recording
 from gpuconsole.record.replay import EpisodesAt, ReplaySource
 from gpuconsole.record.retention import parse_duration
-from gpuconsole.record.when import clock, parse_moment
+from gpuconsole.record.when import clock, resolve_moment
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.fleet import FleetScreen
 from gpuconsole.screens.goto import GoToScreen
+from gpuconsole.store import HISTORY_READINGS
 from gpuconsole.themes import DEFAULT_THEME
 from gpuconsole.widgets.cursor_bar import CursorBar, CursorState
 from gpuconsole.widgets.damage_bar import DamageBar
@@ -83,7 +84,7 @@ class ReplayApp(GpuConsoleApp):
         at: float | None = None,
         host: str | None = None,
         theme: str = DEFAULT_THEME,
-        history_seconds: int = 120,
+        history_seconds: int = HISTORY_READINGS,
         alert_rules: Sequence[AlertRule] | None = None,
     ) -> None:
         self.recording = recording
@@ -337,10 +338,13 @@ class ReplayApp(GpuConsoleApp):
         self.push_screen(GoToScreen(), answered)
 
     def _moment(self, text: str) -> float:
+        """Where `g` goes: a move (``+5m``, ``-90s``) from the cursor, which `move_to` keeps in
+        the recording; a time, the one `resolve_moment` finds in the recording (or a ValueError
+        that names the recording's span, which the notice shows)."""
         if text[:1] in "+-":
             seconds = parse_duration(text[1:])
             return self.replay.cursor + (seconds if text[0] == "+" else -seconds)
-        return parse_moment(text, self.replay.start, self.replay.end)
+        return resolve_moment(text, self.replay.start, self.replay.end, self.recording.path.name)
 
     def action_play(self) -> None:
         self.playing = not self.playing

@@ -15,6 +15,13 @@ from gpuconsole import health
 from gpuconsole.model import Finding, GpuState, HostSnapshot, HostState, Severity
 from gpuconsole.untrusted import visible
 
+HISTORY_READINGS = 120
+"""Readings of each host kept in memory: two minutes at the default refresh of 1 s, what the
+trend lines, the duration rules and the alerts' ``for`` need (the console, replay, the headless
+recorder and the exporter all keep this many). Ten minutes of a thousand hosts would not fit in
+memory: a bundle's ten minutes come from the recording, and a bundle of a console that does not
+record says how much of them it holds."""
+
 
 @dataclass(frozen=True, slots=True)
 class HostStatus:
@@ -41,17 +48,23 @@ class FleetStore:
     def __init__(
         self,
         hosts: Iterable[str],
-        history_length: int = 120,
+        history_length: int = HISTORY_READINGS,
         stale_after: int = 3,
         down_after: int = 10,
     ) -> None:
         self._records = {host: _HostRecord(history_length) for host in hosts}
+        self._history_length = history_length
         self._stale_after = stale_after
         self._down_after = down_after
 
     @property
     def hosts(self) -> tuple[str, ...]:
         return tuple(self._records)
+
+    @property
+    def history_length(self) -> int:
+        """How many readings of each host the store keeps; older ones are dropped."""
+        return self._history_length
 
     def record(self, snapshot: HostSnapshot) -> bool:
         """Take a new reading; False (and nothing changes) when it is no newer than the latest.

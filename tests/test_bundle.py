@@ -10,25 +10,36 @@ import os
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
 from conftest import EPOCH, NOW
 from sshd import Sshd, sshd_available, user_env
+from static_source import StaticSource
 
 from gpuconsole import audit, paths
 from gpuconsole.actions.bundle.archive import BundleError
-from gpuconsole.actions.bundle.contents import BundleInputs
+from gpuconsole.actions.bundle.contents import BundleInputs, summary
 from gpuconsole.actions.bundle.gather import light_checks
-from gpuconsole.actions.bundle.inputs import history_inputs
+from gpuconsole.actions.bundle.inputs import history_inputs, live_inputs
 from gpuconsole.actions.bundle.make import make_bundle
+from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.engine import AlertEngine
 from gpuconsole.cli import main
+from gpuconsole.clock import ManualClock
+from gpuconsole.fleet import FleetSession
+from gpuconsole.headless import record_fleet
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.ssh import SshSettings
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.model import HostSnapshot
-from gpuconsole.telemetry.sim import SimRack
+from gpuconsole.model import HostSnapshot, Severity
+from gpuconsole.poller import collect
+from gpuconsole.record.episodes import ALERT, FINDING, Episode
+from gpuconsole.record.reader import Recording
+from gpuconsole.record.recorder import Recorder
+from gpuconsole.record.when import clock
+from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 
 GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 needs_sshd = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
@@ -167,7 +178,7 @@ async def test_a_bundle_over_ssh_holds_every_file_with_what_it_should(
     first = next(line for line in problems.splitlines() if line.startswith("- "))
     assert first.startswith("- **CRITICAL**")
     assert "Next: reboot the node" in problems
-    assert "00:02:00 UTC, still open: **CRITICAL** GPU 3 `xid`" in summary
+    assert "00:02:00 UTC, open: **CRITICAL** GPU 3 `xid`" in summary
     assert "8× H100 80GB HBM3 (1 lost), driver 570.133.20" in summary
     assert "- 1 action logged" in summary
     assert "## Not collected" not in summary
@@ -362,3 +373,266 @@ async def test_b_on_the_host_screen_writes_a_bundle_of_what_the_console_holds(
     assert times == [s.time for s in history]
     assert "a simulated host has no shell" in files["summary.md"]
     assert f"# Incident bundle: {host} at " in files["summary.md"]
+    # the console keeps 120 readings and does not record: the bundle says so
+    first, at = clock(history[0].time), clock(history[-1].time)
+    assert (
+        f"- readings from {clock(history[-1].time - 600)} until {first} UTC: the bundle holds the "
+        "last 2 min of the 10 min before its moment (the console keeps a host's last 120 "
+        "readings, and does not record)"
+    ) in files["summary.md"]
+    assert f"- 120 readings from {first} to {at} UTC" in files["summary.md"]
+
+
+# --- the timeline as of the moment ----------------------------------------------------------------
+
+
+def episode(code: str, since: float, until: float | None, kind: str = FINDING) -> Episode:
+    return Episode(
+        kind,
+        f"a100-01/2/{code}",
+        "a100-01",
+        2,
+        code,
+        Severity.WARNING,
+        f"{code} on GPU 2",
+        "",
+        since,
+        until,
+    )
+
+
+def test_the_timeline_says_what_was_open_and_what_had_ended_at_the_moment() -> None:
+    """Ended before the moment, open at it, begun after it (a recording's window runs past it):
+    before, one begun after the moment read "still open" as well."""
+    at = NOW
+    inputs = BundleInputs(
+        host="a100-01",
+        at=at,
+        origin="the test",
+        episodes=(
+            episode("ended-before", at - 300, at - 120),
+            episode("open", at - 200, None),
+            episode("ended-after", at - 100, at + 60, ALERT),
+            episode("ended-at-the-moment", at - 50, at),
+            episode("began-after", at + 30, None),
+        ),
+    )
+    timeline = summary(inputs, [], None, [], at).split("## Timeline")[1].split("## Host")[0]
+    lines = [line.split(": **")[0] for line in timeline.strip().splitlines()]
+    assert lines == [
+        f"- {clock(at - 300)} UTC, ended at {clock(at - 120)}",
+        f"- {clock(at - 200)} UTC, open",
+        f"- {clock(at - 100)} UTC, open",  # its end, after the moment, is in findings.json
+        f"- {clock(at - 50)} UTC, ended at {clock(at)}",
+        f"- {clock(at + 30)} UTC, began after the moment",
+    ]
+
+
+def temperature(t: float, celsius: float) -> HostSnapshot:
+    from test_record import full_snapshot
+
+    first = full_snapshot(t)
+    hot = dataclasses.replace(first.gpus[0], temperature_c=celsius, throttle_reasons=None)
+    return full_snapshot(t, gpus=(hot, *first.gpus[1:]))
+
+
+def test_a_live_bundle_says_a_finding_gone_within_its_grace_ended(audit_log: Path) -> None:
+    """A finding that went away less than the grace (30 s) ago is still an open episode in the
+    console (it continues if the finding comes back), but as of the bundle's moment it ended:
+    before, the bundle said "still open"."""
+    from test_record import START
+
+    fleet = FleetSession(["n1"], DEFAULT_RULES)
+    source = StaticSource(temperature(START, 88.0))
+
+    def take(t: float, celsius: float) -> None:
+        source.snapshot = temperature(t, celsius)
+        fleet.take(collect(source))
+
+    for second in range(10):
+        take(START + second, 88.0 if second < 6 else 61.0)
+    at = START + 9
+    assert any(e.code == "temp-high" and e.until is None for e in fleet.onsets.open_episodes())
+    store = fleet.store
+    inputs = live_inputs(
+        "n1",
+        "the test",
+        tuple(store.history("n1")),
+        store.findings("n1"),
+        fleet.alerts.active(),
+        fleet.onsets.episodes_now(),
+        at=at,
+        kept=store.history_length,
+    )
+    text = summary(inputs, [], None, inputs.notes, at)
+    assert (
+        f"- {clock(START)} UTC, ended at {clock(START + 6)}: **WARNING** GPU 0 `temp-high`" in text
+    )
+    assert "`temp-high`" not in text.split("## Timeline")[0]  # not a problem at the moment
+    assert f"- {clock(START)} UTC, open: **CRITICAL** GPU 1 `gpu-lost`" in text
+    # the console has read it for ten seconds: the bundle says it holds no more
+    assert (
+        "the bundle holds the last 9 s of the 10 min before its moment (the console has no "
+        "earlier reading of it, and does not record)"
+    ) in text
+    take(START + 10, 88.0)  # back within the grace: the same episode goes on
+    (temp,) = [e for e in fleet.onsets.episodes_now() if e.code == "temp-high"]
+    assert (temp.since, temp.until) == (START, None)
+
+
+# --- a live bundle's ten minutes -----------------------------------------------------------------
+
+
+async def test_a_live_bundle_holds_the_last_ten_minutes_of_a_longer_history(
+    make_app, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, audit_log: Path
+) -> None:
+    monkeypatch.setenv("GPUCONSOLE_BUNDLE_DIR", str(tmp_path / "bundles"))
+    app = make_app(history_seconds=700)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("enter")
+        host = app.screen.host
+        await pilot.press("B")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        history = list(app.fleet.store.history(host))
+    assert len(history) == 700
+    (path,) = (tmp_path / "bundles").glob("*.tar.gz")
+    files = members(path)
+    times = [json.loads(line)["time"] for line in files["readings.jsonl"].splitlines()]
+    at = history[-1].time
+    assert times == [s.time for s in history if s.time >= at - 600]
+    assert times[0] == at - 600
+    assert "the bundle holds the last" not in files["summary.md"]
+
+
+def test_a_live_bundle_of_a_recording_console_takes_the_rest_from_the_recording(
+    tmp_path: Path, audit_log: Path
+) -> None:
+    """The console's store holds its last 120 readings; the recording it writes, the rest."""
+    rack = demo_rack(hosts=1, seed=7, epoch=EPOCH)
+    (host,) = rack.hosts
+    clock_ = ManualClock(EPOCH + 60)
+    path = tmp_path / "console.sqlite"
+    recorder = Recorder(path, label="test")
+    stop = threading.Event()
+
+    def tick(rounds: int) -> None:
+        clock_.advance(1.0)
+        if rounds >= 700:
+            stop.set()
+
+    try:
+        assert (
+            record_fleet(SimSource(rack, clock_), recorder, interval=0.0, stop=stop, on_round=tick)
+            is None
+        )
+    finally:
+        recorder.close()
+    recording = Recording(path)
+    try:
+        assert recording.end is not None
+        at = recording.end
+        store_history = recording.snapshots(host, at - 119, at)  # what the console kept
+        open_now = recording.open_episodes(at)
+    finally:
+        recording.close()
+    assert len(store_history) == 120
+    inputs = live_inputs(host, "the test", store_history, (), (), open_now, at=at, recording=path)
+    times = [s.time for s in inputs.readings]
+    assert times[0] == at - 600 and times[-1] == at and len(times) == 601
+    assert not [n for n in inputs.notes if n.startswith("readings from")]
+
+
+# --- --at from the command line ------------------------------------------------------------------
+
+
+def gpuconsole(*words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GPUCONSOLE, *words],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def incident(tmp_path: Path, rack: SimRack, audit_log: Path) -> tuple[Path, float]:
+    """40 s of the demo rack from 00:10:00, XID 79 on l40s-01's GPU 1 from 00:10:30."""
+    from test_record import record_incident
+
+    recording = tmp_path / "incident.sqlite"
+    fault_time, _ = record_incident(recording, rack, seconds=40, fault_at=30)
+    return recording, fault_time
+
+
+def test_bundle_at_a_time_the_recording_does_not_hold_is_refused_and_writes_nothing(
+    incident: tuple[Path, float], tmp_path: Path
+) -> None:
+    """Before, 07:00 was taken as 07:00 after the recording's end, and a bundle was written."""
+    recording, _ = incident
+    out = tmp_path / "out"
+    out.mkdir()
+    done = gpuconsole(
+        "bundle", "l40s-01", "--record", str(recording), "--at", "07:00", "-o", str(out)
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"gpuconsole: --at 07:00: not in {recording}, which holds 2026-01-01 00:10:00 to "
+        "00:10:39 UTC\n"
+    )
+    assert list(out.iterdir()) == []
+
+
+def test_bundle_at_a_time_of_day_is_about_that_moment_in_the_recording(
+    incident: tuple[Path, float], tmp_path: Path
+) -> None:
+    from test_record import START
+
+    recording, fault_time = incident
+    target = tmp_path / "b.tar.gz"
+    done = gpuconsole(
+        "bundle", "l40s-01", "--record", str(recording), "--at", "00:10:35", "-o", str(target)
+    )
+    assert done.returncode == 0, done.stderr
+    files = members(target)
+    assert json.loads(files["findings.json"])["at"] == START + 35
+    summary_md = files["summary.md"]
+    assert summary_md.startswith("# Incident bundle: l40s-01 at 2026-01-01 00:10:35 UTC")
+    assert f"- {clock(fault_time)} UTC, open: **CRITICAL** GPU 1 `gpu-lost`" in summary_md
+    note = (
+        "readings from 00:00:35 until 00:10:00 UTC: the bundle holds the last 35 s of the 10 min "
+        f"before its moment (the recording {recording} holds none earlier)"
+    )
+    assert f"- {note}" in summary_md and f"  not collected: {note}" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (
+            ["h100-01", "--demo"],
+            "gpuconsole: --at: the demo rack is made up afresh each run, so it has no past to go "
+            "back to; record it (gpuconsole record --demo --record FILE) and give --record FILE, "
+            "or leave out --at for a bundle of now",
+        ),
+        (
+            ["local"],
+            "gpuconsole: --at: no recording holds {name} (there is no {default}), so there is no "
+            "past to go back to; give --record FILE, or leave out --at for a bundle of now",
+        ),
+    ],
+    ids=["demo", "live"],
+)
+def test_bundle_at_without_a_recording_is_refused_not_ignored(
+    words: list[str], message: str, tmp_path: Path
+) -> None:
+    """Before, --demo --at wrote a bundle of now, as if --at had not been given."""
+    import socket
+
+    done = gpuconsole("bundle", *words, "--at", "00:10", "-o", str(tmp_path))
+    assert done.returncode == 2
+    default = paths.RECORDING.path()
+    assert done.stderr == message.format(name=socket.gethostname(), default=default) + "\n"
+    assert list(tmp_path.glob("*.tar.gz")) == []

@@ -3,7 +3,10 @@ the fault, step, go to a time, triage, bundle), and `gpuconsole replay` on the c
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -207,7 +210,7 @@ def test_replay_list_says_what_happened_at_a_time(
     ("words", "code", "message"),
     [
         (["--host", "gpu99"], 2, "no host 'gpu99' in this recording"),
-        (["--at", "lunchtime"], 2, "--at 'lunchtime' is not a time"),
+        (["--at", "lunchtime"], 2, "--at lunchtime: not a time (try 03:12"),
     ],
 )
 def test_replay_refuses_bad_input_in_one_line(
@@ -234,3 +237,108 @@ def test_replay_of_a_file_that_is_not_a_recording(
         == f"gpuconsole: {notes}: not a gpuconsole recording (file is not a database)"
     )
     assert notes.read_text() == "not a recording\n"
+
+
+# --- --at: a moment the recording holds, or a refusal naming what it holds ----------------------
+
+GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
+HOLDS = "2026-01-01 00:10:00 to 00:10:59 UTC"
+"""What the `recorded` fixture holds."""
+
+
+def gpuconsole(*words: str) -> subprocess.CompletedProcess[str]:
+    """gpuconsole as a user runs it, with no terminal (a TUI that opened would fail)."""
+    return subprocess.run(
+        [*GPUCONSOLE, *words],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "listed", [["--list"], ["--list", "--json"], []], ids=["list", "json", "tui"]
+)
+def test_replay_at_a_time_the_recording_does_not_hold_is_refused_in_one_line(
+    recorded: tuple[Path, float], listed: list[str]
+) -> None:
+    """07:00 of a recording of 00:10: before, main answered for 07:00 after the recording's end
+    (the list: nothing happened; the TUI: opened at the end)."""
+    path, _ = recorded
+    done = gpuconsole("replay", str(path), *listed, "--at", "07:00")
+    assert done.returncode == 2
+    assert done.stderr == f"gpuconsole: --at 07:00: not in {path}, which holds {HOLDS}\n"
+    assert done.stdout == ""
+
+
+def test_replay_list_at_a_time_of_day_lists_around_its_moment_in_the_recording(
+    recorded: tuple[Path, float],
+) -> None:
+    path, fault_time = recorded
+    done = gpuconsole("replay", str(path), "--list", "--at", "00:10", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["at"] == START  # 00:10:00, the recording's first second
+    done = gpuconsole("replay", str(path), "--list", "--at", clock(fault_time) + " UTC")
+    assert done.returncode == 0, done.stderr
+    assert f"around 2026-01-01 {clock(fault_time)} UTC (±10 min):" in done.stdout
+
+
+def opened_at(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Makes `ReplayApp.run` open the app under a pilot instead of the terminal; the list gets
+    the cursor each app opened at."""
+    cursors: list[float] = []
+
+    async def pilot_run(app: ReplayApp) -> None:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await settle(app, pilot)
+            cursors.append(app.replay.cursor)
+
+    monkeypatch.setattr(ReplayApp, "run", lambda app: asyncio.run(pilot_run(app)))
+    return cursors
+
+
+def test_the_tui_replay_opens_at_the_moment_resolved_in_the_recording(
+    recorded: tuple[Path, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, fault_time = recorded
+    cursors = opened_at(monkeypatch)
+    assert main(["replay", str(path), "--at", clock(fault_time)]) == 0
+    assert main(["replay", str(path), "--at", "2026-01-01T08:10:12+08:00"]) == 0
+    assert cursors == [fault_time, START + 12]
+
+
+def test_the_tui_replay_refuses_before_it_opens(
+    recorded: tuple[Path, float],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, _ = recorded
+    cursors = opened_at(monkeypatch)
+    assert main(["replay", str(path), "--at", "2026-01-01 00:11"]) == 2
+    assert capsys.readouterr().err == (
+        f"gpuconsole: --at '2026-01-01 00:11': not in {path}, which holds {HOLDS}\n"
+    )
+    assert cursors == []  # no app was opened
+
+
+async def test_go_to_a_time_the_recording_does_not_hold_says_what_it_holds(
+    recorded: tuple[Path, float],
+) -> None:
+    path, _ = recorded
+    recording = Recording(path)
+    app = ReplayApp(recording, at=START + 20)
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("g", *"07:00", "enter")
+            await settle(app, pilot)
+            assert app.replay.cursor == START + 20  # not moved to the end, nor anywhere
+            notices = [n.message for n in app._notifications]
+            assert f"07:00: not in {path.name}, which holds {HOLDS}" in notices
+            await pilot.press("g", *"00:10:40", "enter")
+            await settle(app, pilot)
+            assert app.replay.cursor == START + 40
+    finally:
+        recording.close()

@@ -48,8 +48,8 @@ def add(commands: Subcommands) -> None:
     bundle.add_argument(
         "--at",
         metavar="TIME",
-        help="the moment the bundle is about, in a recording (03:12, 2026-01-01 03:12:05; "
-        "default: its end)",
+        help="the moment the bundle is about, in the recording (03:12: the last 03:12 it "
+        "holds; 2026-01-01 03:12:05; a time it does not hold is refused; default: its end)",
     )
     bundle.add_argument(
         "-o",
@@ -106,6 +106,12 @@ def _inputs(args: argparse.Namespace) -> tuple[BundleInputs, Target | None]:
         source = demo_source(args)
         if host not in source.hosts:
             raise _BadInput(f"no host {host!r} in the demo rack (hosts: {', '.join(source.hosts)})")
+        if args.at is not None:  # as for a live host: refused, not ignored
+            raise _BadInput(
+                "--at: the demo rack is made up afresh each run, so it has no past to "
+                "go back to; record it (gpuconsole record --demo --record FILE) and give --record "
+                "FILE, or leave out --at for a bundle of now"
+            )
         history = source.backfill(host, int(WINDOW_BEFORE_S))
         alerts = AlertEngine(alert_rules(args)).replay(history)
         return history_inputs(host, "the demo rack", history, alerts, (SIMULATED,)), None
@@ -114,20 +120,25 @@ def _inputs(args: argparse.Namespace) -> tuple[BundleInputs, Target | None]:
     recording = _recording(args.record, name)
     if recording is not None:
         try:
-            assert recording.end is not None
+            assert recording.start is not None and recording.end is not None
             at = recording.end
             if args.at is not None:
-                at = _moment(args.at, recording)
+                at = _moment(args.at, recording.start, recording.end, recording.path)
             notes = () if target is not None else (_not_in_inventory(name),)
             return recorded_inputs(recording, name, at, notes), target
         finally:
             recording.close()
-    if args.at is not None:
-        raise _BadInput(f"--at needs a recording that holds {name} (give --record FILE)")
     if target is None:
         raise _BadInput(
             f"unknown host {host!r}: not 'local', not in the inventory, not in the recording "
             f"{args.record or paths.RECORDING.path()}"
+        )
+    if args.at is not None:  # a bundle of now has no past to go back to: refused, not ignored
+        default = paths.RECORDING.path()
+        looked = f"{default} does not" if default.is_file() else f"there is no {default}"
+        raise _BadInput(
+            f"--at: no recording holds {name} ({looked}), so there is no past to go back to; "
+            "give --record FILE, or leave out --at for a bundle of now"
         )
     history, notes = _read_now(target)
     if history:
@@ -159,11 +170,12 @@ def _recording(path: Path | None, host: str) -> Recording | None:
     return None
 
 
-def _moment(text: str, recording: Recording) -> float:
-    from gpuconsole.record.when import parse_moment
+def _moment(text: str, start: float, end: float, path: Path) -> float:
+    """--at inside the recording, or a refusal that names what the recording holds."""
+    from gpuconsole.record.when import resolve_moment
 
     try:
-        return parse_moment(text, recording.start, recording.end)
+        return resolve_moment(text, start, end, str(path))
     except ValueError as error:
         raise _BadInput(f"--at {error}") from None
 

@@ -33,8 +33,9 @@ def add(commands: Subcommands) -> None:
     replay.add_argument(
         "--at",
         metavar="TIME",
-        help="start there: 03:12 (the last 03:12 in the recording), 2026-01-01 03:12:05 or an "
-        "ISO 8601 time; UTC unless it says otherwise (default: the recording's end)",
+        help="start there: 03:12 (the last 03:12 in the recording), 2026-01-01 03:12:05, an "
+        "ISO 8601 time or epoch seconds; UTC unless it says otherwise; a time the recording "
+        "does not hold is refused (default: the recording's end)",
     )
     replay.add_argument("--host", metavar="NAME", help="open this host's screen")
     replay.add_argument(
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     """The console on the recording, or (--list) its timeline as text or JSON."""
     from gpuconsole.record.reader import Recording
     from gpuconsole.record.schema import RecordingError
-    from gpuconsole.record.when import parse_moment
+    from gpuconsole.record.when import resolve_moment
 
     theme = theme_of(args)
     try:
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         at = None
         if args.at is not None:
             try:
-                at = parse_moment(args.at, recording.start, recording.end)
+                at = resolve_moment(args.at, recording.start, recording.end, str(args.file))
             except ValueError as error:
                 return fail(f"--at {error}", EXIT_BAD_INPUT)
         if args.list:

@@ -165,6 +165,15 @@ class OnsetTracker:
     def open_episodes(self) -> list[Episode]:
         return list(self._open.values())
 
+    def episodes_now(self) -> list[Episode]:
+        """The open episodes as a statement of this moment needs them (a bundle of now): one
+        whose finding went away, still within its grace, ended when it went away. The tracker
+        keeps it open only so that it goes on if the finding comes back within the grace."""
+        return [
+            replace(episode, until=self._gone[ident]) if ident in self._gone else episode
+            for ident, episode in self._open.items()
+        ]
+
     def update_host(
         self,
         host: str,

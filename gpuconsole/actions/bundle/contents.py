@@ -120,11 +120,18 @@ def summary(
 
 
 def _timeline_line(episode: Episode, at: float) -> str:
+    """One episode as of the bundle's moment: ended before it, open at it, or begun after it (a
+    recording's window runs two minutes past the moment). What came after the moment is not the
+    state at it, so an end after it is left to findings.json: a recorder that stops closes every
+    open episode then, and "ended" would say the problem went away."""
     what = "alert " if episode.kind == ALERT else ""
-    if episode.until is None or episode.until > at:
-        span = f"{clock(episode.since)} UTC, still open"
+    if episode.since > at:
+        state = "began after the moment"
+    elif episode.until is not None and not episode.open_at(at):
+        state = f"ended at {clock(episode.until)}"
     else:
-        span = f"{clock(episode.since)} to {clock(episode.until)} UTC"
+        state = "open"
+    span = f"{clock(episode.since)} UTC, {state}"
     where = "" if episode.gpu is None else f"GPU {episode.gpu} "
     return f"- {span}: **{episode.severity.name}** {where}{what}`{episode.code}`: {episode.message}"
 

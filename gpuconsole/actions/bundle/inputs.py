@@ -1,9 +1,10 @@
 """What a bundle is about, gathered from the live console or from a recording.
 
 The window is the ten minutes before the moment and, from a recording, the two after it. The
-live console keeps only a couple of minutes of readings; when it records, the recording gives
-the rest. Actions come from the audit log (live) or the recording's copy of it (replay), for a
-day before the moment.
+live console keeps only its last `HISTORY_READINGS` readings of a host (two minutes at a 1 s
+refresh); when it records, the recording gives the rest. A bundle whose readings do not reach
+back over the window says how much of it they cover, and why. Actions come from the audit log
+(live) or the recording's copy of it (replay), for a day before the moment.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from gpuconsole.model import Finding, HostSnapshot
 from gpuconsole.record.episodes import ALERT, FINDING, Episode, OnsetTracker
 from gpuconsole.record.reader import Recording
 from gpuconsole.record.schema import RecordingError
-from gpuconsole.store import FleetStore
+from gpuconsole.record.when import clock
+from gpuconsole.store import HISTORY_READINGS, FleetStore
 
 WINDOW_BEFORE_S = 600.0
 WINDOW_AFTER_S = 120.0
@@ -38,15 +40,30 @@ def live_inputs(
     open_episodes: Iterable[Episode],
     *,
     at: float,
+    kept: int = HISTORY_READINGS,
     recording: Path | None = None,
     notes: Sequence[str] = (),
 ) -> BundleInputs:
     """A bundle of the console's store now (blocking: it may read the recording and the audit
-    log; run it off the UI thread, on copies of the store's data)."""
+    log; run it off the UI thread, on copies of the store's data).
+
+    ``history`` is the store's, which keeps ``kept`` readings of a host; ``open_episodes`` are
+    the episodes as of ``at``, those that ended within their grace with their end. The readings
+    are the window's: the recording's before the store's first, the store's own from the
+    window's start.
+    """
     notes = list(notes)
-    readings = list(history)
+    start = at - WINDOW_BEFORE_S
+    readings = [s for s in history if s.time >= start]
     episodes = sorted((e for e in open_episodes if e.host == host), key=lambda e: e.since)
-    if recording is not None and recording.is_file():
+    if len(history) >= kept:  # the store is full: it let older readings go
+        why = f"the console keeps a host's last {kept} readings"
+    else:
+        why = "the console has no earlier reading of it"
+    if recording is None or not recording.is_file():
+        why += ", and does not record"
+    else:
+        why += f", and the recording {recording} gives none earlier"
         try:
             opened = Recording(recording)
         except RecordingError as error:
@@ -55,13 +72,14 @@ def live_inputs(
             try:
                 if host in opened.hosts:
                     first = readings[0].time if readings else at + 1
-                    earlier = opened.snapshots(host, at - WINDOW_BEFORE_S, first)
+                    earlier = opened.snapshots(host, start, first)
                     readings = [s for s in earlier if s.time < first] + readings
-                    episodes = _merge(opened.episodes(at - WINDOW_BEFORE_S, at, host), episodes)
+                    episodes = _merge(opened.episodes(start, at, host), episodes)
             except RecordingError as error:
                 notes.append(f"earlier readings: {error}")
             finally:
                 opened.close()
+    notes += _short_of_window(readings, at, why)
     return BundleInputs(
         host=host,
         at=at,
@@ -80,17 +98,41 @@ def recorded_inputs(
 ) -> BundleInputs:
     """A bundle of a recording around ``at``: what the console saw then (blocking)."""
     open_now = [e for e in recording.open_episodes(at) if e.host == host]
+    readings = recording.snapshots(host, at - WINDOW_BEFORE_S, at + WINDOW_AFTER_S)
+    before = [s for s in readings if s.time <= at]
+    short = _short_of_window(before, at, f"the recording {recording.path} holds none earlier")
     return BundleInputs(
         host=host,
         at=at,
         origin=f"the recording {recording.path}",
-        readings=tuple(recording.snapshots(host, at - WINDOW_BEFORE_S, at + WINDOW_AFTER_S)),
+        readings=tuple(readings),
         findings=tuple(e.as_finding() for e in open_now if e.kind == FINDING),
         alerts=tuple(e.as_alert() for e in open_now if e.kind == ALERT),
         episodes=tuple(recording.episodes(at - WINDOW_BEFORE_S, at + WINDOW_AFTER_S, host)),
         actions=tuple(recording.actions(at - ACTIONS_LOOKBACK_S, at + WINDOW_AFTER_S, host)),
-        notes=tuple(notes),
+        notes=(*notes, *short),
     )
+
+
+def _short_of_window(readings: Sequence[HostSnapshot], at: float, why: str) -> list[str]:
+    """A note when the readings up to ``at`` begin later than the window does (by more than the
+    readings' own spacing): what the bundle holds of the ten minutes, and ``why`` not more."""
+    if not readings:
+        return []  # the summary says there is no reading of the host in the window
+    first = readings[0].time
+    spacing = (readings[-1].time - first) / (len(readings) - 1) if len(readings) > 1 else 0.0
+    start = at - WINDOW_BEFORE_S
+    if first - start <= max(spacing, 1.0):
+        return []
+    return [
+        f"readings from {clock(start)} until {clock(first)} UTC: the bundle holds the last "
+        f"{_minutes(at - first)} of the {_minutes(WINDOW_BEFORE_S)} before its moment ({why})"
+    ]
+
+
+def _minutes(seconds: float) -> str:
+    """``45 s``, ``2 min``: how long, as a summary says it."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _recent_actions(host: str) -> list[dict[str, Any]]:
@@ -120,10 +162,10 @@ def audit_entries(
 
 
 def _merge(recorded: Iterable[Episode], live: Iterable[Episode]) -> list[Episode]:
-    """The recorded episodes, and the live ones the recording does not hold yet."""
+    """The recorded episodes and the live ones; where both hold one, the live one, which knows
+    more: the recorder writes an end only once the grace has passed, the live one has it now."""
     merged = {(e.ident, e.since): e for e in recorded}
-    for episode in live:
-        merged.setdefault((episode.ident, episode.since), episode)
+    merged.update(((e.ident, e.since), e) for e in live)
     return sorted(merged.values(), key=lambda e: e.since)
 
 

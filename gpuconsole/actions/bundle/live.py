@@ -59,7 +59,7 @@ def bundle_live(app: LiveConsole, host: str) -> None:
     at = history[-1].time if history else max(newest, default=time.time())
     findings = store.findings(host)
     alerts = tuple(fleet.alerts.active())
-    episodes = tuple(fleet.onsets.open_episodes())
+    episodes = tuple(fleet.onsets.episodes_now())
     target = app.targets.verify_target(host) if app.targets else None
     notes = (NO_SHELL,) if target is None else ()
     recording = fleet.recording
@@ -73,6 +73,7 @@ def bundle_live(app: LiveConsole, host: str) -> None:
             alerts,
             episodes,
             at=at,
+            kept=store.history_length,
             recording=recording,
             notes=notes,
         )
