@@ -121,10 +121,6 @@ def read_ssh_config(
     )
 
 
-def ssh_available() -> bool:
-    return shutil.which(SSH) is not None
-
-
 def _ssh_g(
     name: str,
     *,
