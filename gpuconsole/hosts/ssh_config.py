@@ -64,12 +64,12 @@ class SshConfig:
 
 
 UNSUPPORTED: Mapping[str, tuple[str, ...]] = {
-    # keyword -> the values ssh -G prints when it is off (anything else is refused)
-    "proxycommand": ("none",),
-    "knownhostscommand": ("none",),
-    "revokedhostkeys": ("none",),
-    "verifyhostkeydns": ("false",),
-    "checkhostip": ("no", "false"),
+    # keyword, as ssh_config(5) spells it -> the values ssh -G prints when it is off
+    "ProxyCommand": ("none",),
+    "KnownHostsCommand": ("none",),
+    "RevokedHostKeys": ("none",),
+    "VerifyHostKeyDNS": ("false",),
+    "CheckHostIP": ("no", "false"),
 }
 """Keywords the console does not act on, with their "off" values: each changes what ssh would
 accept or how it reaches the host, so a host that sets one is refused rather than connected
@@ -92,10 +92,10 @@ def read_ssh_config(
     for a keyword of `UNSUPPORTED` that is on."""
     words = _ssh_g(name, user=user, port=port, config_file=config_file, options=options)
     for keyword, off in UNSUPPORTED.items():
-        values = words.get(keyword)
+        values = words.get(keyword.lower())  # ssh -G prints keywords in lowercase
         if values and values[0].lower() not in off:
             raise SshConfigError(
-                f"ssh config sets {_spelled(keyword)} {' '.join(values)}, which the console "
+                f"ssh config sets {keyword} {' '.join(values)}, which the console "
                 f"does not support; unset it for this host (ssh -G {name} shows it)"
             )
     hostname = _one(words, "hostname", name)
@@ -179,16 +179,6 @@ def _ssh_complaint(stderr: bytes) -> str:
         if line.strip() and not line.startswith("Pseudo-terminal")
     ]
     return lines[0] if lines else "ssh -G failed with no message"
-
-
-def _spelled(keyword: str) -> str:
-    return {
-        "proxycommand": "ProxyCommand",
-        "knownhostscommand": "KnownHostsCommand",
-        "revokedhostkeys": "RevokedHostKeys",
-        "verifyhostkeydns": "VerifyHostKeyDNS",
-        "checkhostip": "CheckHostIP",
-    }[keyword]
 
 
 def _one(words: Mapping[str, tuple[str, ...]], keyword: str, default: str) -> str:
