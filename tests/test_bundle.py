@@ -17,6 +17,7 @@ import pytest
 from conftest import EPOCH, NOW
 from sshd import Sshd, sshd_available, user_env
 from static_source import StaticSource
+from test_replay import gpuconsole
 
 from gpuconsole import audit, paths
 from gpuconsole.actions.bundle.archive import BundleError
@@ -544,17 +545,6 @@ def test_a_live_bundle_of_a_recording_console_takes_the_rest_from_the_recording(
 
 
 # --- --at from the command line ------------------------------------------------------------------
-
-
-def gpuconsole(*words: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*GPUCONSOLE, *words],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.fixture

@@ -74,8 +74,7 @@ class Rig:
 
     def public(self, server: str) -> str:
         """The server's host key as a known_hosts line's "TYPE BASE64"."""
-        words = Path(f"{self.servers[server].host_key}.pub").read_text().split()
-        return f"{words[0]} {words[1]}"
+        return public_line(self.servers[server].host_key)
 
     def name(self, server: str) -> str:
         return f"[127.0.0.1]:{self.servers[server].port}"
@@ -85,6 +84,12 @@ class Rig:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return path
+
+
+def public_line(key: Path) -> str:
+    """The public half of the key pair at ``key`` as a known_hosts line's "TYPE BASE64"."""
+    words = Path(f"{key}.pub").read_text().split()
+    return f"{words[0]} {words[1]}"
 
 
 def make_ca(folder: Path, name: str = "ca") -> Path:
@@ -300,7 +305,7 @@ def test_a_changed_key_behind_a_host_alias_is_a_mismatch_naming_file_and_line(ri
     rig.server("a")
     rig.start()
     other = keygen(rig.root / "other")
-    stale = " ".join(Path(f"{other}.pub").read_text().split()[:2])
+    stale = public_line(other)
     ssh, console, state, _, folder, _ = judged(
         rig,
         lambda f: host_block(rig, "a", f, f"UserKnownHostsFile {f}/kh"),
@@ -335,7 +340,7 @@ def test_a_host_certificate_from_a_trusted_ca_connects(rig: Rig) -> None:
     ca = make_ca(rig.root / "ca")
     rig.server("a", ca=ca, principals="127.0.0.1")
     rig.start()
-    ca_public = " ".join(Path(f"{ca}.pub").read_text().split()[:2])
+    ca_public = public_line(ca)
     ssh, console, *_ = judged(
         rig,
         lambda f: host_block(rig, "a", f, f"UserKnownHostsFile {f}/kh"),
@@ -349,7 +354,7 @@ def test_a_certificate_for_another_name_is_not_accepted(rig: Rig) -> None:
     ca = make_ca(rig.root / "ca")
     rig.server("a", ca=ca, principals="some-other-host")
     rig.start()
-    ca_public = " ".join(Path(f"{ca}.pub").read_text().split()[:2])
+    ca_public = public_line(ca)
     ssh, console, state, *_ = judged(
         rig,
         lambda f: host_block(rig, "a", f, f"UserKnownHostsFile {f}/kh"),
@@ -363,7 +368,7 @@ def test_a_certificate_principal_is_checked_against_the_alias(rig: Rig) -> None:
     ca = make_ca(rig.root / "ca")
     rig.server("a", ca=ca, principals="gpu-alias")
     rig.start()
-    ca_public = " ".join(Path(f"{ca}.pub").read_text().split()[:2])
+    ca_public = public_line(ca)
     ssh, console, *_ = judged(
         rig,
         lambda f: host_block(rig, "a", f, "HostKeyAlias gpu-alias", f"UserKnownHostsFile {f}/kh"),
@@ -377,7 +382,7 @@ def test_a_revoked_ca_is_refused(rig: Rig) -> None:
     ca = make_ca(rig.root / "ca")
     rig.server("a", ca=ca, principals="127.0.0.1")
     rig.start()
-    ca_public = " ".join(Path(f"{ca}.pub").read_text().split()[:2])
+    ca_public = public_line(ca)
     ssh, console, state, *_ = judged(
         rig,
         lambda f: host_block(rig, "a", f, f"UserKnownHostsFile {f}/kh"),
@@ -467,7 +472,7 @@ def test_a_changed_key_is_refused_in_every_mode(rig: Rig, mode: str) -> None:
     rig.server("a")
     rig.start()
     other = keygen(rig.root / "other")
-    stale = " ".join(Path(f"{other}.pub").read_text().split()[:2])
+    stale = public_line(other)
     ssh, _, state, *_ = judged(
         rig,
         lambda f: host_block(
