@@ -329,6 +329,8 @@ class HostSnapshot:
     """How many values the host sent that no GPU can report (shown as N/A; see `untrusted`)."""
     bad_value_notes: tuple[str, ...] = ()
     """What the first few of them were, e.g. ``GPU 0 temperature_c 1e+308 out of range``."""
+    attached_gpus: int | None = None
+    """How many GPUs the host has, where a saved dump holds fewer (``nvidia-smi -q -i 0,1``)."""
 
     def gpu(self, index: int) -> GpuState | None:
         return next((g for g in self.gpus if g.index == index), None)

@@ -1,5 +1,6 @@
-"""Dumps from the field through the parser and `gpuconsole triage --from`: Windows (WDDM), driver
-610's text, a dump cut off mid-GPU, pending page retirement, MIG devices, ``--query-gpu`` CSV."""
+"""Dumps from the field through the parser and `gpuconsole triage --from`: Windows (WDDM) text
+and XML, drivers 384 to 610 (XML DTDs v9 to v13, 610's nesting), dumps cut off mid-GPU and dumps of
+fewer GPUs (``-i``), pending page retirement, MIG devices, ``--query-gpu`` CSV."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ WDDM = FIXTURES / "rtx4070-laptop-wddm-q.txt"
 RETIRED = FIXTURES / "azure-q-retired-pages-8gpu.txt"
 H200_TEXT = FIXTURES / "h200-q-loaded.txt"
 H200_XML = FIXTURES / "h200-q.xml"
+WDDM_XML = FIXTURES / "rtx2080-wddm-516.xml"
+MIG_A100_XML = FIXTURES / "a100-sxm4-mig-510.xml"
+P100_XML = FIXTURES / "tesla-p100-510.xml"
+K80_XML = FIXTURES / "k80-4gpu-430-v10.xml"
+GTX1070_XML = FIXTURES / "gtx1070-384-v9-2of6.xml"
 
 # The process a Windows host lists under WDDM, as nvidia-smi -q prints it.
 WDDM_PROCESSES = """    Processes
@@ -113,10 +119,104 @@ def test_a_dump_cut_off_in_gpu_0_of_8_is_refused(tmp_path: Path) -> None:
     assert "announces 8 GPUs (Attached GPUs) but holds 1" in refused(triage(dump), dump)
 
 
-def test_an_xml_dump_with_fewer_gpus_than_attached_is_refused() -> None:
-    text = H200_XML.read_text().replace("<attached_gpus>1<", "<attached_gpus>8<")
-    with pytest.raises(SmiParseError, match=r"announces 8 GPUs .* holds 1"):
-        parse_dump(text, host="h", time=0.0)
+def test_an_xml_dump_cut_off_is_refused_naming_the_counts(tmp_path: Path) -> None:
+    text = H200_XML.read_text()
+    cut = text[: text.index("<temperature>")]
+    with pytest.raises(SmiParseError, match=r"announces 1 GPUs and 1 GPU sections begin"):
+        parse_dump(cut, host="h", time=0.0)
+    dump = tmp_path / "cut.xml"
+    dump.write_text(cut)
+    assert "not well-formed XML" in refused(triage(dump), dump)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_xml_cut_anywhere_is_whole_or_refused(data: st.DataObject) -> None:
+    text = K80_XML.read_text()
+    cut = data.draw(st.integers(0, len(text)))
+    try:
+        snapshot = parse_dump(text[:cut], host="h", time=0.0)
+    except SmiParseError:
+        return
+    assert len(snapshot.gpus) == 4
+
+
+def test_a_dump_of_fewer_gpus_made_with_i_is_read_and_says_so(tmp_path: Path) -> None:
+    """``nvidia-smi -q -i 0`` keeps "Attached GPUs" at the host's count: its one section is whole,
+    so the dump is read, and triage names each GPU by bus id (its numbers are the dump's)."""
+    for path, marker in ((H200_TEXT, "Attached GPUs"), (H200_XML, "<attached_gpus>")):
+        text = path.read_text()
+        if marker == "Attached GPUs":
+            text = text.replace(": 1\n", ": 8\n", 1)
+            assert "Attached GPUs                                          : 8" in text
+        else:
+            text = text.replace("<attached_gpus>1<", "<attached_gpus>8<")
+        snapshot = parse_dump(text, host="h", time=0.0)
+        assert (len(snapshot.gpus), snapshot.attached_gpus) == (1, 8)
+        dump = tmp_path / path.name
+        dump.write_text(text)
+        result = triage(dump)
+        assert result.returncode == 0, result.stderr
+        assert "a dump of 1 of the 8 GPUs attached (nvidia-smi -i)" in result.stdout
+        assert "GPU 0 = 00000000:00:06.0" in result.stdout
+    assert parse_dump(H200_XML.read_text(), host="h", time=0.0).attached_gpus is None
+
+
+def test_old_driver_dump_of_2_of_6_gpus() -> None:
+    """Driver 384's DTD v9 (GTX 1070s), as a dump of 2 of 6 GPUs: both read, processes too."""
+    snapshot = parse_dump(GTX1070_XML.read_text(), host="h", time=0.0)
+    assert (snapshot.driver_version, snapshot.attached_gpus) == ("384.66", 6)
+    assert [(g.name, g.memory_used_mib, g.power_w) for g in snapshot.gpus] == [
+        ("GeForce GTX 1070", 2028.0, 119.47),
+        ("GeForce GTX 1070", 4057.0, 139.3),
+    ]
+    assert [g.pcie.width for g in snapshot.gpus if g.pcie] == [1, 1]
+    assert ("./ethminer", 2283.0) in {(p.command, p.used_memory_mib) for p in snapshot.processes}
+
+
+def test_dtd_v10_and_v11_ecc_counts() -> None:
+    """Drivers 430 (v10, Tesla K80s) and 510 (v11, Tesla P100) count ECC errors as single and
+    double bit totals: the lifetime counts are read, the volatile ones are zero."""
+    k80 = parse_dump(K80_XML.read_text(), host="h", time=0.0)
+    lifetime = [(g.ecc.aggregate_corrected, g.ecc.aggregate_uncorrected) for g in k80.gpus if g.ecc]
+    assert lifetime == [(7, 7), (34, 4), (0, 0), (0, 0)]
+    assert {g.ecc.volatile_uncorrected for g in k80.gpus if g.ecc} == {0}
+    (p100,) = parse_dump(P100_XML.read_text(), host="h", time=0.0).gpus
+    assert p100.ecc is not None and p100.ecc.aggregate_corrected == 3
+    assert (p100.power_limit_w, p100.retired_pages_pending) == (250.0, False)
+
+
+def test_windows_xml_dump() -> None:
+    """A WDDM host's XML (driver 516, RTX 2080): no process memory, the GPU read whole."""
+    snapshot = parse_dump(WDDM_XML.read_text(), host="win", time=0.0)
+    (gpu,) = snapshot.gpus
+    assert (gpu.name, gpu.memory_used_mib, gpu.power_limit_w) == (
+        "NVIDIA GeForce RTX 2080",
+        862.0,
+        275.0,
+    )
+    assert gpu.pcie is not None and (gpu.pcie.width, gpu.pcie.max_width) == (8, 16)
+    assert len(snapshot.processes) == 26
+    assert {p.used_memory_mib for p in snapshot.processes} == {None}
+    assert "C:\\Windows\\explorer.exe" in {p.command for p in snapshot.processes}
+
+
+def test_xml_power_limit_nested_one_level_down() -> None:
+    """Driver 610 moves the limits under a section ("GPU Ceiling Power Limit" in the text); in
+    XML that section is looked in whatever its tag, and the KMD version wins when given."""
+    text = H200_XML.read_text().replace(
+        "<current_power_limit>700.00 W</current_power_limit>",
+        "<gpu_ceiling_power_limit><current_power_limit>650.00 W</current_power_limit>"
+        "</gpu_ceiling_power_limit>",
+        1,
+    )
+    text = text.replace(
+        "<driver_version>580.159.04</driver_version>",
+        "<driver_version>610.10 [Deprecated]</driver_version><kmd_version>610.10</kmd_version>",
+    )
+    snapshot = parse_dump(text, host="h", time=0.0)
+    assert snapshot.gpus[0].power_limit_w == 650.0
+    assert snapshot.driver_version == "610.10"
 
 
 @settings(max_examples=60, deadline=None)
@@ -181,6 +281,16 @@ MIG_XML = """<mig_devices><mig_device><index>0</index><gpu_instance_id>3</gpu_in
 <compute_instance_id>0</compute_instance_id><fb_memory_usage><total>35584 MiB</total>
 <used>11 MiB</used></fb_memory_usage></mig_device></mig_devices>
 """
+
+
+def test_real_mig_dump() -> None:
+    """An A100 in MIG mode with two 3g.20gb-sized instances (driver 510, DTD v11)."""
+    (gpu,) = parse_dump(MIG_A100_XML.read_text(), host="h", time=0.0).gpus
+    assert gpu.mig_mode is True
+    assert [
+        (m.gpu_instance_id, m.compute_instance_id, m.memory_total_mib, m.memory_used_mib)
+        for m in gpu.mig_instances
+    ] == [(1, 0, 19968.0, 19.0), (2, 0, 19968.0, 19.0)]
 
 
 def test_mig_devices_in_text_and_xml() -> None:

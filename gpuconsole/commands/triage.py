@@ -6,9 +6,13 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuconsole.commands import Subcommands
 from gpuconsole.commands.exits import fail
+
+if TYPE_CHECKING:
+    from gpuconsole.model import HostSnapshot
 
 
 def add(commands: Subcommands) -> None:
@@ -40,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
                 {
                     "file": str(path),
                     "gpus": len(snapshot.gpus),
+                    "attached_gpus": snapshot.attached_gpus or len(snapshot.gpus),
+                    "bus_ids": [gpu.pci_bus_id for gpu in snapshot.gpus],
                     "driver_version": snapshot.driver_version,
                     "findings": [finding_dict(f) for f in findings],
                 },
@@ -48,5 +54,19 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(f"{path}: {len(snapshot.gpus)} GPUs, driver {snapshot.driver_version or 'N/A'}")
+        if snapshot.attached_gpus:
+            print(_partial_note(snapshot))
         print(findings_text(findings))
     return exit_code(findings)
+
+
+def _partial_note(snapshot: HostSnapshot) -> str:
+    """What a dump of fewer GPUs than the host has (``nvidia-smi -q -i``) means for its numbers:
+    they are the dump's order, not the host's, so each is named by its bus id."""
+    names = ", ".join(
+        f"GPU {gpu.index} = {gpu.pci_bus_id or 'bus id N/A'}" for gpu in snapshot.gpus
+    )
+    return (
+        f"  a dump of {len(snapshot.gpus)} of the {snapshot.attached_gpus} GPUs attached "
+        f"(nvidia-smi -i); its GPU numbers are the dump's order: {names}"
+    )

@@ -67,14 +67,20 @@ class _Node:
     children: list[_Node] = field(default_factory=list)
 
     def find(self, path: str) -> _Node | None:
-        """The entry at ``path`` ("Clocks/SM" or "clocks/sm_clock"): the first match each step."""
-        node: _Node | None = self
-        for part in path.split("/"):
-            key = _norm(part)
-            node = next((child for child in node.children if child.key == key), None)
-            if node is None:
-                return None
-        return node
+        """The entry at ``path`` ("Clocks/SM" or "clocks/sm_clock"): the first match each step.
+
+        A ``*`` step stands for any one section, for a value that a driver moved one level down
+        under a section whose name is not known in every format.
+        """
+        part, _, rest = path.partition("/")
+        if part == "*":
+            found = (child.find(rest) for child in self.children if child.children)
+            return next(filter(None, found), None)
+        key = _norm(part)
+        child = next((child for child in self.children if child.key == key), None)
+        if child is None or not rest:
+            return child
+        return child.find(rest)
 
     def raw(self, path: str) -> str | None:
         node = self.find(path)
@@ -184,6 +190,9 @@ _XML_PATHS: dict[str, tuple[str, ...]] = {
     ),
     "power_limit_w": (
         "gpu_power_readings/current_power_limit",
+        # driver 610 nests the limits under "GPU Ceiling Power Limit" (text); its XML tag is
+        # not in any dump found, so any one section below the readings is looked in
+        "gpu_power_readings/*/current_power_limit",
         "power_readings/enforced_power_limit",
         "power_readings/power_limit",
     ),
@@ -514,20 +523,19 @@ def _snapshot(
     paths: Mapping[str, tuple[str, ...]],
     processes_of: Callable[[_Node, int], list[GpuProcess]],
     versions: tuple[str | None, str | None],
-    attached: str | None,
+    attached: int | None,
     host: str,
     time: float,
 ) -> HostSnapshot:
     """GPUs are numbered in the order the dump lists them, as nvidia-smi numbers them.
 
-    A dump of more GPUs than a host can have is refused before they are read (~0.2 ms each), and
-    so is one that holds fewer GPU sections than its "Attached GPUs" line promises.
+    A dump of more GPUs than a host can have is refused before they are read (~0.2 ms each).
+    One of fewer GPUs than its "Attached GPUs" line (``-i``) keeps that count in the snapshot.
     """
     if len(sections) > MAX_GPUS:
         raise SmiParseError(
             f"{len(sections)} GPU sections, more than the {MAX_GPUS} a host can have"
         )
-    _check_complete(len(sections), attached)
     gpus, processes = [], []
     for index, (node, bus_id) in enumerate(sections):
         gpu = _gpu_state(_Gpu(node, paths, index, bus_id))
@@ -542,24 +550,30 @@ def _snapshot(
         driver_version=_version(versions[0]),
         cuda_version=_version(versions[1]),
         source="nvidia-smi",
+        attached_gpus=attached if attached is not None and attached > len(gpus) else None,
     )
     return vetted(snapshot)
 
 
-def _check_complete(count: int, attached: str | None) -> None:
-    """SmiParseError for a dump cut off before its last GPU: fewer GPU sections than its
-    "Attached GPUs" count, or none at all (``nvidia-smi -q -i N`` also lists fewer)."""
+def _attached(text: str | None) -> int | None:
+    """The "Attached GPUs" count; SmiParseError where it is not one."""
     try:
-        promised = _integer(attached)
+        return _integer(text)
     except ValueError:
-        raise SmiParseError(f"Attached GPUs reads {_text(attached)!r}, not a count") from None
-    if promised is not None and count < promised:
-        raise SmiParseError(
-            f"incomplete: it announces {promised} GPUs (Attached GPUs) but holds {count} "
-            "(cut off, or dumped for fewer GPUs with -i)"
-        )
+        raise SmiParseError(f"Attached GPUs reads {_text(text)!r}, not a count") from None
+
+
+def _check_complete(count: int, attached: int | None, last_section_whole: bool) -> None:
+    """SmiParseError for a dump cut off before its end: no GPU section at all, or fewer than its
+    "Attached GPUs" count where the last one is not whole. A whole dump of fewer GPUs is one made
+    with ``-i``; a cut-off one is told apart by its last section (`parse_xml`, `parse_q_text`)."""
     if count == 0:
         raise SmiParseError("incomplete: no GPU section (cut off before the first GPU)")
+    if attached is not None and count < attached and not last_section_whole:
+        raise SmiParseError(
+            f"incomplete: it announces {attached} GPUs (Attached GPUs) but holds {count}, "
+            "the last one cut off"
+        )
 
 
 _DEPRECATED_TAIL = re.compile(r"\s*\[deprecated;[^\]]*\]?\s*\Z", re.IGNORECASE)
@@ -590,6 +604,19 @@ def _xml_root(text: str) -> ET.Element:
         raise SmiParseError(f"not text: {error.reason} at character {error.start}") from None
 
 
+_XML_ATTACHED = re.compile(r"<attached_gpus>\s*(\d{1,4})\s*</attached_gpus>")
+
+
+def _cut_off_hint(text: str) -> str:
+    """For XML that does not parse: how many GPUs it announces and how many sections begin,
+    which tells a dump cut off mid-GPU (the usual cause) from one that is not nvidia-smi's."""
+    attached = _XML_ATTACHED.search(text[:4096])
+    if attached is None:
+        return ""
+    begun = text.count("<gpu id=")
+    return f"; cut off? it announces {attached[1]} GPUs and {begun} GPU sections begin"
+
+
 def parse_xml(text: str, host: str, time: float) -> HostSnapshot:
     """An ``nvidia-smi -q -x`` dump as a snapshot of ``host`` at ``time``.
 
@@ -604,12 +631,20 @@ def parse_xml(text: str, host: str, time: float) -> HostSnapshot:
             "refusing XML with ENTITY declarations or an internal DTD subset "
             "(nvidia-smi writes neither)"
         )
-    root = _xml_root(text)
+    try:
+        root = _xml_root(text)
+    except SmiParseError as error:
+        raise SmiParseError(f"{error}{_cut_off_hint(text)}") from None
     if root.tag != "nvidia_smi_log":
         raise SmiParseError(f"not an nvidia-smi -q -x dump: its root is <{root.tag}>")
     sections = [(_from_element(gpu), gpu.get("id")) for gpu in root.iterfind("gpu")]
-    versions = (root.findtext("driver_version"), root.findtext("cuda_version"))
-    attached = root.findtext("attached_gpus")
+    versions = (
+        root.findtext("kmd_version") or root.findtext("driver_version"),
+        root.findtext("cuda_version"),
+    )
+    attached = _attached(root.findtext("attached_gpus"))
+    # XML that parses is whole: a cut-off dump fails as XML first (`_xml_root`)
+    _check_complete(len(sections), attached, last_section_whole=True)
     return _snapshot(sections, _XML_PATHS, _xml_processes, versions, attached, host, time)
 
 
@@ -623,8 +658,11 @@ def parse_q_text(text: str, host: str, time: float) -> HostSnapshot:
     sections = [
         (node, match[1]) for node in root.children if (match := _GPU_SECTION.fullmatch(node.label))
     ]
-    versions = (root.raw("Driver Version"), root.raw("CUDA Version"))
-    attached = root.raw("Attached GPUs")
+    versions = (root.raw("KMD Version") or root.raw("Driver Version"), root.raw("CUDA Version"))
+    attached = _attached(root.raw("Attached GPUs"))
+    # a full -q section lists its "Processes"; a -q -d dump (no such entry) must hold every GPU
+    last_whole = bool(sections) and sections[-1][0].find("Processes") is not None
+    _check_complete(len(sections), attached, last_whole)
     return _snapshot(sections, _TEXT_PATHS, _text_processes, versions, attached, host, time)
 
 
