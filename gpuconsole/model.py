@@ -242,6 +242,8 @@ class GpuSet(NamedTuple):
 
     gpus: tuple[int, ...]
     weakest: str
+    spans_numa: bool = False
+    """Whether they sit on more than one NUMA node, as far as the host says where they sit."""
 
 
 def _link_order(link: str) -> tuple[float, str]:
@@ -295,9 +297,13 @@ class Topology:
             weakest = max(ranks[a][b] for a, b in pairs)
             total = math.fsum(costs[a][b] for a, b in pairs)
             where = {places[i] for i in combo}
-            spans = len(where) > 1 or None in where
-            scored.append((weakest, spans, total, combo))
-        return [GpuSet(combo, labels[w]) for w, _, _, combo in heapq.nsmallest(limit, scored)]
+            not_local = len(where) > 1 or None in where
+            scored.append((weakest, not_local, total, combo))
+        best = heapq.nsmallest(limit, scored)
+        return [
+            GpuSet(combo, labels[w], len({places[i] for i in combo} - {None}) > 1)
+            for w, _, _, combo in best
+        ]
 
     def _pair_link(self, a: int, b: int) -> str:
         return max(self.link(a, b), self.link(b, a), key=_link_order)

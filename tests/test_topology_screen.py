@@ -13,7 +13,7 @@ from test_app import tick
 from test_model import topologies, worst_pair
 from textual.widgets import Static
 
-from gpuconsole.model import GpuState, HostSnapshot, Topology, XidEvent
+from gpuconsole.model import Finding, GpuState, HostSnapshot, Severity, Topology, XidEvent
 from gpuconsole.screens.topology import SETS_SHOWN, TopologyScreen, advice, left_out, offered_sizes
 from gpuconsole.telemetry.sim import PROFILES
 from gpuconsole.widgets.cells import Palette
@@ -32,7 +32,7 @@ def ranked(text: str) -> dict[int, list[tuple[list[tuple[int, ...]], str]]]:
         runs = []
         for run in match[2].split(" · "):
             *sets, label = run.split(" ")
-            runs.append(([tuple(map(int, s.strip("{}").split(","))) for s in sets], label))
+            runs.append(([tuple(map(int, s.strip("{}*").split(","))) for s in sets], label))
         lines[int(match[1])] = runs
     return lines
 
@@ -45,6 +45,10 @@ def assert_true_to(topology: Topology, text: str, lost: set[int]) -> None:
                 assert len(set(gpus)) == k
                 assert not set(gpus) & lost, f"best {k}: {gpus} holds a lost GPU"
                 assert label == worst_pair(topology, gpus), f"best {k}: {gpus} is not {label}"
+    marked = re.findall(r"\{([\d,]+)\}(\*?)", text)
+    for gpus, mark in marked:
+        nodes = {topology._place(int(g)) for g in gpus.split(",")} - {None}
+        assert (mark == "*") == (len(nodes) > 1), f"{{{gpus}}}{mark}"
 
 
 # --- through the real screen, on the demo rack --------------------------------------------------
@@ -65,10 +69,12 @@ async def advice_on_screen(make_app, host: str) -> tuple[Topology, str]:
 
 
 DEMO_ADVICE = {
-    "a100-01": [
-        "best 2 GPUs: {0,1} {2,3} {4,5} {6,7} NV12",
-        "best 4 GPUs: {0,1,2,3} {4,5,6,7} NODE · {0,1,2,4} {0,1,2,5} SYS",
-        "best 8 GPUs: {0,1,2,3,4,5,6,7} SYS",
+    "a100-01": [  # GPU 2 runs hot enough to throttle: a critical finding
+        "GPU 2 left out: critical finding thermal-throttle",
+        "best 2 GPUs: {0,1} {4,5} {6,7} NV12 · {1,3} PIX",
+        "best 4 GPUs: {4,5,6,7} NODE · {0,1,3,4}* {0,1,3,5}* {0,1,3,6}* SYS",
+        "best 7 GPUs: {0,1,3,4,5,6,7}* SYS",
+        "* spans NUMA nodes: host-side traffic crosses sockets",
     ],
     "l40s-01": [
         "best 2 GPUs: {0,1} {2,3} PIX · {0,2} {0,3} NODE",
@@ -79,8 +85,9 @@ DEMO_ADVICE = {
     "h100-01": [  # GPU 3 fell off the bus two minutes in
         "GPU 3 left out: fallen off the bus",
         "best 2 GPUs: {0,1} {0,2} {1,2} {4,5} NV18",
-        "best 4 GPUs: {4,5,6,7} {0,1,2,4} {0,1,2,5} {0,1,2,6} NV18",
-        "best 7 GPUs: {0,1,2,4,5,6,7} NV18",
+        "best 4 GPUs: {4,5,6,7} {0,1,2,4}* {0,1,2,5}* {0,1,2,6}* NV18",
+        "best 7 GPUs: {0,1,2,4,5,6,7}* NV18",
+        "* spans NUMA nodes: host-side traffic crosses sockets",
     ],
 }
 
@@ -102,8 +109,8 @@ async def test_a_gpu_falling_off_the_bus_leaves_the_advice_at_once(make_app, rac
         await pilot.pause()
         text = app.screen.query_one("#topology", Static).content.renderables[-1].plain
     assert "GPU 1 left out: fallen off the bus" in text
-    assert "best 7 GPUs: {0,2,3,4,5,6,7} SYS" in text
-    assert "best 2 GPUs: {2,3} {4,5} {6,7} NV12 · {0,2} PIX" in text
+    assert "best 6 GPUs: {0,3,4,5,6,7}* SYS" in text  # GPU 2 throttles: critical
+    assert "best 2 GPUs: {4,5} {6,7} NV12 · {4,6} {5,7} PIX" in text
     assert_true_to(PROFILES["a100-pcie-8"].topology, text, {1})
 
 
@@ -158,6 +165,19 @@ def test_no_gpu_left_to_rank() -> None:
     text = advice(topology, PALETTE, dict.fromkeys(range(3), "fallen off the bus")).plain
     assert "Fewer than 2 GPUs answer: no sets to rank." in text
     assert "best" not in text
+
+
+def test_a_gpu_with_a_critical_finding_is_left_out() -> None:
+    topology = Topology(tuple(tuple("X" if a == b else "NV4" for b in range(3)) for a in range(3)))
+    snapshot = HostSnapshot("h", 1.0, tuple(GpuState(i) for i in range(3)), topology=topology)
+    findings = [
+        Finding(Severity.WARNING, "temp-high", "", "", gpu=0),
+        Finding(Severity.CRITICAL, "ecc-uncorrectable", "", "", gpu=1),
+        Finding(Severity.CRITICAL, "xid", "", "", gpu=1),
+        Finding(Severity.CRITICAL, "host-down", "", "", gpu=None),
+        Finding(Severity.CRITICAL, "xid", "", "", gpu=7),
+    ]
+    assert left_out(snapshot, topology, findings) == {1: "critical finding ecc-uncorrectable"}
 
 
 def test_left_out_are_the_lost_the_xid_79_and_the_missing() -> None:

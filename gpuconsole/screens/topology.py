@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import groupby
 
 from rich.console import Group
@@ -13,7 +13,15 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
-from gpuconsole.model import LINK_LEGEND, HostSnapshot, TooManySets, Topology, nvlink_count
+from gpuconsole.model import (
+    LINK_LEGEND,
+    Finding,
+    HostSnapshot,
+    Severity,
+    TooManySets,
+    Topology,
+    nvlink_count,
+)
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.widgets.cells import Palette
 
@@ -60,11 +68,17 @@ def legend(topology: Topology, palette: Palette) -> Text:
 SETS_SHOWN = 4
 """How many sets of each size the advice lists, best first."""
 _FALLEN_OFF_THE_BUS = 79
+_SPANS_MARK = "*"
+"""After a set that spans NUMA nodes, explained once below the sets."""
 
 
-def left_out(snapshot: HostSnapshot, topology: Topology) -> dict[int, str]:
+def left_out(
+    snapshot: HostSnapshot, topology: Topology, findings: Iterable[Finding] = ()
+) -> dict[int, str]:
     """The GPUs of ``topology`` no set may hold, each with why: lost (fallen off the bus, as the
-    GPU's state or an XID 79 says; the health rules' ``gpu-lost``), or absent from the reading."""
+    GPU's state or an XID 79 says; the health rules' ``gpu-lost``), absent from the reading, or
+    with a critical finding among ``findings`` (the worst one named): a job should not land there.
+    """
     fallen = {event.gpu for event in snapshot.xid_events if event.xid == _FALLEN_OFF_THE_BUS}
     reasons: dict[int, str] = {}
     for index in range(topology.gpu_count):
@@ -73,7 +87,11 @@ def left_out(snapshot: HostSnapshot, topology: Topology) -> dict[int, str]:
             reasons[index] = "not in the reading"
         elif gpu.lost or index in fallen:
             reasons[index] = "fallen off the bus"
-    return reasons
+    for finding in findings:
+        gpu_index = -1 if finding.gpu is None else finding.gpu
+        if finding.severity is Severity.CRITICAL and 0 <= gpu_index < topology.gpu_count:
+            reasons.setdefault(gpu_index, f"critical finding {finding.code}")
+    return dict(sorted(reasons.items()))
 
 
 def offered_sizes(available: int) -> list[int]:
@@ -96,6 +114,7 @@ def advice(topology: Topology, palette: Palette, skipped: Mapping[int, str]) -> 
     for index, why in skipped.items():
         text.append(f"  GPU {index} left out: {why}\n", style=palette["severity-warning"])
     sizes = offered_sizes(topology.gpu_count - len(skipped))
+    spanning = False
     if not sizes:
         text.append("  Fewer than 2 GPUs answer: no sets to rank.\n", style="dim")
     for k in sizes:
@@ -107,9 +126,15 @@ def advice(topology: Topology, palette: Palette, skipped: Mapping[int, str]) -> 
             continue
         for i, (weakest, run) in enumerate(groupby(sets, key=lambda s: s.weakest)):
             text.append(" · " if i else "")
-            text.append(" ".join(_gpu_set(s.gpus) for s in run) + " ")
+            for gpu_set in run:
+                text.append(_gpu_set(gpu_set.gpus))
+                text.append(_SPANS_MARK if gpu_set.spans_numa else "", style="bold")
+                text.append(" ")
             text.append(weakest, style=link_style(weakest, palette))
+            spanning = spanning or any(s.spans_numa for s in sets)
         text.append("\n")
+    if spanning:
+        text.append(f"  {_SPANS_MARK} spans NUMA nodes: host-side traffic crosses sockets\n", "dim")
     if not any(nvlink_count(c) for row in topology.matrix for c in row):
         text.append(
             "  No NVLink on this host: GPU-to-GPU traffic crosses PCIe; prefer GPUs under one "
@@ -152,7 +177,7 @@ class TopologyScreen(ConsoleScreen):
             return
         topology = snapshot.topology
         palette = self.palette
-        skipped = left_out(snapshot, topology)
+        skipped = left_out(snapshot, topology, self.store.findings(self.host))
         if self._shown == (topology, palette, skipped):
             return
         self._shown = (topology, palette, skipped)
