@@ -188,11 +188,12 @@ def _gpu_issues(
 
 def _lost(gpu: GpuState) -> _Issue:
     where = f" ({gpu.pci_bus_id})" if gpu.pci_bus_id else ""
+    fallen = xids.describe(xids.FALLEN_OFF_THE_BUS)
     return _Issue(
         Severity.CRITICAL,
         "gpu-lost",
-        f"GPU {gpu.index}{where} stopped answering ({xids.describe(79).meaning})",
-        xids.describe(79).action,
+        f"GPU {gpu.index}{where} stopped answering ({fallen.meaning})",
+        fallen.action,
     )
 
 

@@ -23,6 +23,7 @@ from gpuconsole.alerts.engine import FIRING
 from gpuconsole.model import Finding, Severity
 from gpuconsole.record.episodes import ALERT, FINDING, alert_ident, finding_ident
 from gpuconsole.store import FleetStore
+from gpuconsole.xid import FALLEN_OFF_THE_BUS
 
 Since = Callable[[str], "float | None"]
 _RUNBOOK_LABELS = ("runbook", "remediation", "action", "runbook_url")
@@ -51,10 +52,13 @@ def watched_codes(rule: Any) -> frozenset[str]:
     of the health rules that test the readings it names (``memory_used_pct > 80`` watches
     ``mem-pressure``, as the built-in rules share their thresholds with the health rules)."""
     if rule.findings:
-        return frozenset(rule.findings)
-    condition = rule.condition
-    readings = condition.readings if condition is not None else frozenset()
-    return frozenset(code for name in readings for code in _READING_CODES.get(name, ()))
+        codes = frozenset(rule.findings)
+    else:
+        condition = rule.condition
+        readings = condition.readings if condition is not None else frozenset()
+        codes = frozenset(code for name in readings for code in _READING_CODES.get(name, ()))
+    # an XID 79 is folded into its GPU's gpu-lost row (`_problems`): watching XIDs watches that
+    return codes | {"gpu-lost"} if "xid" in codes else codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +109,11 @@ def triage_items(
     host and GPU. ``alerts`` are the active ones (pending and firing); ``rules`` the alert rules,
     to know which findings each alert watches; ``since`` the onset of an episode's identity."""
     watches = {rule.name: watched_codes(rule) for rule in rules}
+    problems = {host: _problems(store.findings(host)) for host in store.hosts}
     folded: dict[str, list[Any]] = {}
     alone = []
     for alert in alerts:
-        on = _raised_on(alert, store, watches.get(alert.rule, frozenset()))
+        on = _raised_on(alert, problems.get(alert.host, []), watches.get(alert.rule, frozenset()))
         if on is not None:
             folded.setdefault(finding_ident(on), []).append(alert)
         elif alert.state == FIRING:
@@ -116,17 +121,26 @@ def triage_items(
     items = [
         _finding_row(finding, since, folded.get(finding_ident(finding), []))
         for host in store.hosts
-        for finding in store.findings(host)
+        for finding in problems[host]
     ]
     items.extend(_alert_row(alert, since, rules) for alert in alone)
     return sorted(items, key=_order)
 
 
-def _raised_on(alert: Any, store: FleetStore, codes: frozenset[str]) -> Finding | None:
-    """The finding an alert is raised on, if any."""
-    if alert.host not in store.hosts:
-        return None
-    candidates = [f for f in store.findings(alert.host) if f.gpu == alert.gpu and f.code in codes]
+def _problems(findings: Sequence[Finding]) -> list[Finding]:
+    """A host's findings, one per problem: a GPU fallen off the bus is its ``gpu-lost``
+    finding alone, its XID 79 (the driver's word for the same fall) not a second row."""
+    lost = {f.gpu for f in findings if f.code == "gpu-lost"}
+    return [
+        f
+        for f in findings
+        if not (f.gpu in lost and finding_ident(f).endswith(f"/xid/{FALLEN_OFF_THE_BUS}"))
+    ]
+
+
+def _raised_on(alert: Any, findings: Sequence[Finding], codes: frozenset[str]) -> Finding | None:
+    """The finding of ``alert``'s host that the alert is raised on, if any."""
+    candidates = [f for f in findings if f.gpu == alert.gpu and f.code in codes]
     return max(candidates, key=lambda f: f.severity, default=None)
 
 

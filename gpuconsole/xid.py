@@ -25,6 +25,9 @@ class XidInfo:
     app_error: bool = False
 
 
+FALLEN_OFF_THE_BUS = 79
+"""The XID of a GPU that fell off the bus: the health rules' ``gpu-lost``, not a second problem."""
+
 _RESTART_APP = "restart the application; if it recurs on healthy code, check this GPU"
 _RESET_GPU = "reset the GPU once no process uses it (nvidia-smi -r -i <gpu>), or reboot the node"
 

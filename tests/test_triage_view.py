@@ -14,7 +14,7 @@ from test_app import tick
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.engine import FIRING, PENDING, Alert
 from gpuconsole.alerts.rules import rule_from_dict
-from gpuconsole.model import Finding, GpuState, HostSnapshot, Severity
+from gpuconsole.model import Finding, GpuState, HostSnapshot, Severity, XidEvent
 from gpuconsole.record.episodes import ALERT, FINDING, finding_ident
 from gpuconsole.screens.host import HostScreen
 from gpuconsole.screens.triage import TriageScreen
@@ -74,6 +74,22 @@ def test_worst_first_then_newest_with_alerts_folded_into_their_findings() -> Non
         ("gpu-temperature-high", FIRING, NOW - 60)
     ]
     assert "utilization_pct > 95" in items[3].next_step
+
+
+def test_a_gpu_fallen_off_the_bus_is_one_row_with_its_xid_79_alert_folded_in() -> None:
+    snapshot = HostSnapshot(
+        "n1",
+        NOW,
+        (GpuState(0), GpuState(1, lost=True)),
+        xid_events=(XidEvent(79, 1, NOW - 5), XidEvent(13, 0, NOW - 5)),
+    )
+    xid_rule = rule_from_dict(
+        {"name": "xid-seen", "severity": "critical", "findings": ["xid"]}, "test"
+    )
+    alerts = [alert("xid-seen", "n1", 1, NOW - 5, severity=Severity.CRITICAL)]
+    items = triage_items(store_with(snapshot), alerts, {}.get, [xid_rule])
+    assert [(i.gpu, i.code) for i in items] == [(1, "gpu-lost"), (0, "xid")]
+    assert [a.rule for a in items[0].alerts] == ["xid-seen"]
 
 
 def test_an_alert_on_no_finding_says_what_to_do_from_its_own_rule() -> None:
@@ -199,8 +215,12 @@ async def test_the_view_lists_the_demo_fleet_and_opens_a_host_at_its_gpu(make_ap
         items = screen.items
         ranks = [-int(i.severity) for i in items]
         assert ranks == sorted(ranks)
-        findings = sum(len(app.fleet.store.findings(h)) for h in app.fleet.store.hosts)
-        assert len(items) == findings  # every firing alert of the demo is on a finding's row
+        findings = [f for h in app.fleet.store.hosts for f in app.fleet.store.findings(h)]
+        lost = {(f.host, f.gpu) for f in findings if f.code == "gpu-lost"}
+        xid_79 = [f for f in findings if (f.host, f.gpu) in lost and "XID 79" in f.message]
+        assert xid_79  # h100-01's GPU 3: gpu-lost and its XID 79 are one row
+        # every firing alert of the demo is on a finding's row
+        assert len(items) == len(findings) - len(xid_79)
         firing = [a for a in app.fleet.alerts.active() if a.state == FIRING]
         folded = [(a.rule, i.host, i.gpu) for i in items for a in i.alerts if a.state == FIRING]
         assert firing and sorted(a.key for a in firing) == sorted(folded)
@@ -245,11 +265,11 @@ async def test_the_demo_after_five_minutes_one_row_per_problem(make_app, clock) 
         await pilot.press("T")
         await pilot.pause()
         items = app.screen.items
-        assert len(items) == 24
+        assert len(items) == 23
         memory = next(i for i in items if (i.where, i.code) == ("h100-02 GPU 0", "mem-pressure"))
         assert [(a.rule, a.state) for a in memory.alerts] == [("gpu-memory-high", FIRING)]
         assert memory.next_step.startswith("keep 20 % of GPU memory free")
         alone = [(i.where, i.code) for i in items if i.kind == ALERT]
         assert alone == [("h100-03", "gpu-utilization-high")]  # host-wide: no finding of its own
         findings = sum(len(app.fleet.store.findings(h)) for h in app.fleet.store.hosts)
-        assert len(items) == findings + 1
+        assert len(items) == findings + 1 - 1  # h100-01 GPU 3's XID 79 is on its gpu-lost row

@@ -24,6 +24,7 @@ from gpuconsole.model import (
 )
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.widgets.cells import Palette
+from gpuconsole.xid import FALLEN_OFF_THE_BUS
 
 
 def link_style(link: str, palette: Palette) -> str:
@@ -67,7 +68,6 @@ def legend(topology: Topology, palette: Palette) -> Text:
 
 SETS_SHOWN = 4
 """How many sets of each size the advice lists, best first."""
-_FALLEN_OFF_THE_BUS = 79
 _SPANS_MARK = "*"
 """After a set that spans NUMA nodes, explained once below the sets."""
 
@@ -79,7 +79,7 @@ def left_out(
     GPU's state or an XID 79 says; the health rules' ``gpu-lost``), absent from the reading, or
     with a critical finding among ``findings`` (the worst one named): a job should not land there.
     """
-    fallen = {event.gpu for event in snapshot.xid_events if event.xid == _FALLEN_OFF_THE_BUS}
+    fallen = {event.gpu for event in snapshot.xid_events if event.xid == FALLEN_OFF_THE_BUS}
     reasons: dict[int, str] = {}
     for index in range(topology.gpu_count):
         gpu = snapshot.gpu(index)

@@ -43,6 +43,7 @@ from gpuconsole.model import (
 )
 from gpuconsole.telemetry import SourceError, dcgm
 from gpuconsole.untrusted import vetted, visible
+from gpuconsole.xid import FALLEN_OFF_THE_BUS
 
 _PRESENCE = ("utilization_pct", "temperature_c", "memory_used_mib")
 """A host exists for the source when Prometheus has one of these for it (or, from the console
@@ -51,7 +52,6 @@ _DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")
 _IDENTITY_LABELS = ("UUID", "modelName", "pci_bus_id", *_DRIVER_LABELS)
 _XID_FIELD = "xid"
 _CAPACITY_FIELD = "memory_capacity_mib"
-_FALLEN_OFF_THE_BUS = 79
 """A GPU whose only reading is XID 79 has stopped answering: it is lost, not idle."""
 _UNREAD_STATES = frozenset(
     state.value for state in HostState if state not in (HostState.LIVE, HostState.CONNECTING)
@@ -350,7 +350,7 @@ def _flag(values: dict[str, float], field: str) -> bool | None:
 
 
 def _gpu(index: int, values: dict[str, float], identity: dict[str, str]) -> GpuState:
-    if values.keys() <= {_XID_FIELD} and values.get(_XID_FIELD) == _FALLEN_OFF_THE_BUS:
+    if values.keys() <= {_XID_FIELD} and values.get(_XID_FIELD) == FALLEN_OFF_THE_BUS:
         return GpuState(
             index=index,
             name=identity.get("modelName") or None,

@@ -27,6 +27,7 @@ from gpuconsole.actions.verify.probes import SMI, SMI_QUERY, UNAME
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
 from gpuconsole.hosts.targets import Context
 from gpuconsole.telemetry.kernel_log import parse_xid_lines
+from gpuconsole.xid import FALLEN_OFF_THE_BUS
 
 # Debian and Ubuntu install modinfo in sbin, which a non-root login's PATH may lack.
 _WITH_SBIN = 'PATH="$PATH:/usr/sbin:/sbin"; '
@@ -512,7 +513,6 @@ def _persistence_off(seen: _Seen) -> Walked:
     return _walked("persistence-off", False if status is Status.PASS else None, *lines)
 
 
-_FALLEN_OFF_XID = 79
 _LOST_GPU = ("unable to determine the device handle", "gpu is lost", "fallen off the bus")
 _SMI_LOST_GPU_EXIT = 15  # nvidia-smi: "GPU fell off the bus" (gpu-facts.md, exit codes)
 
@@ -521,7 +521,7 @@ def _xid_79_lines(output: Output) -> list[str]:
     return [
         line.strip()
         for line in output.stdout.splitlines()
-        if any(e.xid == _FALLEN_OFF_XID for e in parse_xid_lines(line, {}, now=0.0))
+        if any(e.xid == FALLEN_OFF_THE_BUS for e in parse_xid_lines(line, {}, now=0.0))
     ]
 
 
