@@ -113,28 +113,35 @@ def triage_items(
     folded: dict[str, list[Any]] = {}
     alone = []
     for alert in alerts:
-        on = _raised_on(alert, problems.get(alert.host, []), watches.get(alert.rule, frozenset()))
+        findings = [f for f, _ in problems.get(alert.host, [])]
+        on = _raised_on(alert, findings, watches.get(alert.rule, frozenset()))
         if on is not None:
             folded.setdefault(finding_ident(on), []).append(alert)
         elif alert.state == FIRING:
             alone.append(alert)
     items = [
-        _finding_row(finding, since, folded.get(finding_ident(finding), []))
+        _finding_row(finding, since, folded.get(finding_ident(finding), []), also)
         for host in store.hosts
-        for finding in problems[host]
+        for finding, also in problems[host]
     ]
     items.extend(_alert_row(alert, since, rules) for alert in alone)
     return sorted(items, key=_order)
 
 
-def _problems(findings: Sequence[Finding]) -> list[Finding]:
-    """A host's findings, one per problem: a GPU fallen off the bus is its ``gpu-lost``
-    finding alone, its XID 79 (the driver's word for the same fall) not a second row."""
+def _problems(findings: Sequence[Finding]) -> list[tuple[Finding, tuple[str, ...]]]:
+    """A host's findings, one per problem, each with the identities folded into it: a GPU
+    fallen off the bus is its ``gpu-lost`` finding, its XID 79 (the driver's word for the same
+    fall, dated by the driver's event) folded in rather than a second row."""
+    fallen = {
+        f.gpu: finding_ident(f)
+        for f in findings
+        if finding_ident(f).endswith(f"/xid/{FALLEN_OFF_THE_BUS}")
+    }
     lost = {f.gpu for f in findings if f.code == "gpu-lost"}
     return [
-        f
+        (f, (fallen[f.gpu],) if f.code == "gpu-lost" and f.gpu in fallen else ())
         for f in findings
-        if not (f.gpu in lost and finding_ident(f).endswith(f"/xid/{FALLEN_OFF_THE_BUS}"))
+        if not (f.gpu in lost and finding_ident(f) == fallen.get(f.gpu))
     ]
 
 
@@ -150,14 +157,19 @@ def _alert_since(alert: Any, since: Since) -> float:
     return alert.since if began is None else began
 
 
-def _finding_row(finding: Finding, since: Since, alerts: Sequence[Any]) -> TriageItem:
+def _finding_row(
+    finding: Finding, since: Since, alerts: Sequence[Any], also: Sequence[str] = ()
+) -> TriageItem:
+    """``finding``'s row; it began at the earliest onset of it, of the identities folded into
+    it (``also``) and of its alerts."""
     ident = finding_ident(finding)
     shown = tuple(
         RowAlert(a.rule, a.state, _alert_since(a, since), a.severity)
         for a in sorted(alerts, key=lambda a: a.rule)
     )
     firing = [a.severity for a in shown if a.state == FIRING]
-    known = [t for t in (since(ident), *(a.since for a in shown)) if t is not None]
+    onsets = (since(ident), *map(since, also), *(a.since for a in shown))
+    known = [t for t in onsets if t is not None]
     return TriageItem(
         ident,
         FINDING,

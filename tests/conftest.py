@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from slurm import Slurm, running, slurm_available
 from sshd import Sshd
 from standin import write_standin_smi
 
@@ -79,3 +80,14 @@ def cpu_torch_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_standin_smi(bin_dir, gpus=1)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def slurm() -> Iterator[Slurm]:
+    """A real single-node Slurm cluster on 127.0.0.1 (`tests/slurm.py`); its node is this
+    machine. CI installs Slurm and must not skip these tests; elsewhere they skip without it."""
+    if not slurm_available():
+        if os.environ.get("CI"):
+            pytest.fail("Slurm (slurmctld, slurmd, slurm-client, munge) is not installed")
+        pytest.skip("needs Slurm and munge, run as root")
+    yield from running()
