@@ -33,6 +33,8 @@ USES: dict[str, frozenset[str]] = {
     "hosts check": INVENTORY,
     "verify": INVENTORY,
     "repair": INVENTORY,
+    "drain": INVENTORY,
+    "resume": INVENTORY,
     "launch": INVENTORY,
     "memory": INVENTORY,
     "bench history": frozenset(),

@@ -29,6 +29,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "oom": ("train.log",),
     "replay": ("recording.sqlite",),
     "bundle": ("gpu01",),
+    "drain": ("gpu01", "--reason", "fan"),
+    "resume": ("gpu01",),
 }
 """What each command needs besides its options, so that it parses."""
 GIVEN: dict[str, tuple[tuple[str, ...], object]] = {
