@@ -121,7 +121,7 @@ def test_nothing_runs_without_a_yes_when_there_is_no_terminal(slurm: Slurm) -> N
 )
 def test_a_bad_reason_is_refused_before_anything_runs(slurm: Slurm, reason: str, said: str) -> None:
     result = gpuconsole(slurm, "drain", "localhost", "--reason", reason, "--yes")
-    assert result.returncode == 3
+    assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith("gpuconsole: --reason: ") and said in line
     assert slurm.state().rstrip("*") == "idle" and audit_entries() == []

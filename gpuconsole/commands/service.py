@@ -45,10 +45,21 @@ def add(commands: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from gpuconsole.actions.service import ServiceError, apply_service, plan_service
+    from gpuconsole.actions.service import (
+        DRAIN,
+        ServiceError,
+        apply_service,
+        checked_reason,
+        plan_service,
+    )
     from gpuconsole.actions.session import open_shell
     from gpuconsole.hosts.ssh import ConnectFailure
 
+    if args.change == DRAIN:
+        try:
+            args.reason = checked_reason(args.reason)
+        except ServiceError as error:
+            raise Refused(str(error), EXIT_BAD_INPUT) from None
     found = targets(args, [args.target])
     if len(found) != 1:
         raise Refused(f"{args.change} takes one host; {args.target} is a group", EXIT_BAD_INPUT)
