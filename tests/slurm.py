@@ -137,7 +137,8 @@ class Slurm:
 
     def submit(self, name: str, command: str) -> int:
         """A batch job running ``command``; its id once it runs."""
-        out = self.run("sbatch", "--parsable", "-J", name, "--wrap", command).stdout
+        output = f"--output={self.directory}/job-%j.out"  # not slurm-N.out in the working dir
+        out = self.run("sbatch", "--parsable", "-J", name, output, "--wrap", command).stdout
         job = int(out.strip().split(";")[0])
         deadline = time.monotonic() + 30
         while self.run("squeue", "-h", "-j", str(job), "-o", "%T").stdout.strip() != "RUNNING":
