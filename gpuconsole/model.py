@@ -242,8 +242,6 @@ class GpuSet(NamedTuple):
 
     gpus: tuple[int, ...]
     weakest: str
-    spans_numa: bool = False
-    """Whether they sit on more than one NUMA node, as far as the host says where they sit."""
 
 
 def _link_order(link: str) -> tuple[float, str]:
@@ -299,11 +297,12 @@ class Topology:
             where = {places[i] for i in combo}
             not_local = len(where) > 1 or None in where
             scored.append((weakest, not_local, total, combo))
-        best = heapq.nsmallest(limit, scored)
-        return [
-            GpuSet(combo, labels[w], len({places[i] for i in combo} - {None}) > 1)
-            for w, _, _, combo in best
-        ]
+        return [GpuSet(combo, labels[w]) for w, _, _, combo in heapq.nsmallest(limit, scored)]
+
+    def spans_numa(self, gpus: Collection[int]) -> bool:
+        """Whether ``gpus`` sit on more than one NUMA node, as far as the host says where they
+        sit (a GPU whose place is unknown counts on none)."""
+        return len({self._place(i) for i in gpus} - {None}) > 1
 
     def _pair_link(self, a: int, b: int) -> str:
         return max(self.link(a, b), self.link(b, a), key=_link_order)

@@ -74,6 +74,30 @@ def test_srun_on_a_login_node_trains_on_two_nodes_and_keeps_one_result(
     ]
 
 
+SLURM_CLIENTS = frozenset(
+    [
+        "srun",
+        "sbatch",
+        "salloc",
+        "scontrol",
+        "sinfo",
+        "squeue",
+        "scancel",
+        "sacct",
+        "sacctmgr",
+        "sattach",
+        "sbcast",
+        "sdiag",
+        "sprio",
+        "sreport",
+        "scrontab",
+        "sshare",
+        "sstat",
+        "strigger",
+    ]
+)
+
+
 @pytest.fixture
 def here(tmp_path: Path) -> tuple[dict[str, str], Path]:
     """This machine as the launch host; ``bin`` is first on its PATH and has no srun yet."""
@@ -83,8 +107,15 @@ def here(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return {**os.environ, "PATH": path, "HOME": str(tmp_path / "home")}, bin_dir
 
 
-def test_a_host_without_srun_is_said_not_to_be_a_slurm_login_node(here) -> None:
-    env, _bin = here
+def test_a_host_without_srun_is_said_not_to_be_a_slurm_login_node(here, tmp_path) -> None:
+    env, bin_dir = here
+    # this machine may have Slurm's clients (the drain tests' cluster): a PATH without them
+    system = tmp_path / "usr-bin-without-slurm"
+    system.mkdir()
+    for tool in Path("/usr/bin").iterdir():
+        if tool.name not in SLURM_CLIENTS:
+            (system / tool.name).symlink_to(tool)
+    env = {**env, "PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}:{system}"}
     done = gpuconsole("launch", "resnet50", "--slurm", "2", "--gpus", "1", env=env)
     assert done.returncode == 2
     assert "failed (no-slurm): this host is not a Slurm login node" in done.stdout

@@ -47,8 +47,15 @@ def assert_true_to(topology: Topology, text: str, lost: set[int]) -> None:
                 assert label == worst_pair(topology, gpus), f"best {k}: {gpus} is not {label}"
     marked = re.findall(r"\{([\d,]+)\}(\*?)", text)
     for gpus, mark in marked:
-        nodes = {topology._place(int(g)) for g in gpus.split(",")} - {None}
-        assert (mark == "*") == (len(nodes) > 1), f"{{{gpus}}}{mark}"
+        places = {where(topology, int(g)) for g in gpus.split(",")} - {None}
+        assert (mark == "*") == (len(places) > 1), f"{{{gpus}}}{mark}"
+
+
+def where(topology: Topology, gpu: int) -> object:
+    """A GPU's NUMA node, else its CPU affinity (a VM hides the node), else None: unknown."""
+    numa = topology.numa_affinity[gpu] if gpu < len(topology.numa_affinity) else None
+    cpus = topology.cpu_affinity[gpu] if gpu < len(topology.cpu_affinity) else None
+    return ("numa", numa) if numa is not None else (None if cpus is None else ("cpus", cpus))
 
 
 # --- through the real screen, on the demo rack --------------------------------------------------

@@ -127,11 +127,12 @@ def advice(topology: Topology, palette: Palette, skipped: Mapping[int, str]) -> 
         for i, (weakest, run) in enumerate(groupby(sets, key=lambda s: s.weakest)):
             text.append(" · " if i else "")
             for gpu_set in run:
+                spans = topology.spans_numa(gpu_set.gpus)
+                spanning = spanning or spans
                 text.append(_gpu_set(gpu_set.gpus))
-                text.append(_SPANS_MARK if gpu_set.spans_numa else "", style="bold")
+                text.append(_SPANS_MARK if spans else "", style="bold")
                 text.append(" ")
             text.append(weakest, style=link_style(weakest, palette))
-            spanning = spanning or any(s.spans_numa for s in sets)
         text.append("\n")
     if spanning:
         text.append(f"  {_SPANS_MARK} spans NUMA nodes: host-side traffic crosses sockets\n", "dim")
