@@ -122,6 +122,22 @@ class XidEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """The Slurm job a process runs in, as ``squeue`` told the host's agent; a field squeue
+    left empty is None."""
+
+    job_id: int
+    name: str | None
+    user: str | None
+    partition: str | None
+    start: str | None
+    """When the job started, as squeue prints it (``2026-01-01T00:00:00``)."""
+    time_limit: str | None
+    """The job's time limit as squeue prints it (``1-00:00:00``, ``UNLIMITED``)."""
+    state: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuProcess:
     """A process holding memory on a GPU."""
 
@@ -135,6 +151,8 @@ class GpuProcess:
     """'docker:<id>', 'containerd:<id>' or 'k8s-pod:<uid>' where the process runs in one."""
     mig_instance: int | None = None
     """The GPU instance id when the GPU is in MIG mode."""
+    job: SlurmJob | None = None
+    """The Slurm job the process runs in, where it runs in one and squeue could say."""
 
 
 @dataclass(frozen=True, slots=True)

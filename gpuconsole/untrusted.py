@@ -32,6 +32,7 @@ from gpuconsole.model import (
     MigInstance,
     PcieLink,
     RowRemap,
+    SlurmJob,
     Topology,
     XidEvent,
 )
@@ -115,6 +116,7 @@ _PROCESS_NUMBERS = _Ranges(
     {"used_memory_mib": (_MEMORY_MIB, False), "mig_instance": (_INDEX, True)}
 )
 _TIME = (0.0, float(1 << 34))  # seconds since the epoch: 1970 … the year 2514
+_SLURM_JOB_ID = (1, (1 << 32) - 1)
 _PID = (1, (1 << 32) - 1)  # Linux's pid_max is at most 2**22; Windows pids are 32-bit
 
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -428,12 +430,32 @@ def _process(vet: _Vetting, process: GpuProcess) -> GpuProcess | None:
     where = f"process {pid}"
     changes = vet.fields(process, where, _PROCESS_NUMBERS)
     changes.update(vet.texts(process, where, ("user", "command", "container")))
+    job = _job(vet, where, process.job)
+    if job is not process.job:
+        changes["job"] = job
     kind = vet.text(f"{where} kind", process.kind, 32)
     if kind != process.kind:
         changes["kind"] = kind or "compute"
     if pid is not process.pid or gpu is not process.gpu:  # a whole float becomes an int
         changes.update(pid=pid, gpu=gpu)
     return dataclasses.replace(process, **changes) if changes else process
+
+
+_SLURM_TEXTS = tuple(f.name for f in dataclasses.fields(SlurmJob) if f.name != "job_id")
+
+
+def _job(vet: _Vetting, where: str, job: SlurmJob | None) -> SlurmJob | None:
+    """A process's Slurm job with its texts made safe; none where it is not one, or its id is
+    not a job id (Slurm's are 32-bit)."""
+    if job is None:
+        return None
+    if not isinstance(job, SlurmJob):
+        vet.bad(f"{where} job", job, "is not a Slurm job")
+        return None
+    if vet.number(f"{where} job id", job.job_id, _SLURM_JOB_ID, True) is None:
+        return None
+    changes = vet.texts(job, f"{where} job {job.job_id}", _SLURM_TEXTS)
+    return dataclasses.replace(job, **changes) if changes else job
 
 
 def _topology(vet: _Vetting, topology: Topology | None) -> Topology | None:

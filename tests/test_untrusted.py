@@ -22,6 +22,7 @@ from gpuconsole.model import (
     MigInstance,
     PcieLink,
     RowRemap,
+    SlurmJob,
     Topology,
     XidEvent,
 )
@@ -317,3 +318,14 @@ def test_any_prometheus_answer_reads_as_data_or_a_reason(samples: list[object]) 
             assert "\n" not in str(error)
             continue
         assert unsafe_texts(snapshot) == [] and snapshot.host == host
+
+
+def test_a_slurm_job_name_reaches_no_terminal_as_an_escape_and_a_bad_id_is_dropped() -> None:
+    job = SlurmJob(7, "\x1b]52;c;cm0gLXJm\x07evil", "bob\x1b[2J", None, None, None, None)
+    process = GpuProcess(1, 0, 10.0, job=job)
+    forged = GpuProcess(2, 0, 10.0, job=SlurmJob(1 << 40, "x", None, None, None, None, None))
+    snapshot = vetted(HostSnapshot("h", 0.0, (GpuState(0),), processes=(process, forged)))
+    kept, dropped = snapshot.processes
+    assert kept.job is not None and kept.job.job_id == 7
+    assert "\x1b" not in (kept.job.name or "") + (kept.job.user or "")
+    assert dropped.job is None and snapshot.bad_values == 1

@@ -27,6 +27,7 @@ from gpuconsole.model import (
     MigInstance,
     PcieLink,
     RowRemap,
+    SlurmJob,
     Topology,
     XidEvent,
 )
@@ -40,6 +41,7 @@ _CLASSES: tuple[type, ...] = (
     RowRemap,
     PcieLink,
     MigInstance,
+    SlurmJob,
     GpuProcess,
     XidEvent,
 )

@@ -22,12 +22,14 @@ import os
 import pwd
 import queue
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 PROTOCOL_VERSION = 1
 MARKER = "gpuconsole-agent"
@@ -37,6 +39,8 @@ MAX_INTERVAL_S = 3600.0
 MAX_TEXT = 4096
 """Longest command line or message sent, in characters."""
 MAX_CGROUP_TEXT = 65536
+MAX_ENVIRON = 256 * 1024
+"""Most of /proc/PID/environ read when looking for SLURM_JOB_ID."""
 MAX_COMMAND_LINE = 65536
 """Longest stdin line read; a longer one is skipped as malformed."""
 _EXIT_WAIT_S = 0.5
@@ -80,10 +84,10 @@ def _user_name(uid: int) -> str:
     return _user_names[uid]
 
 
-def _read_proc(pid: int, name: str) -> bytes | None:
+def _read_proc(pid: int, name: str, limit: int = MAX_CGROUP_TEXT) -> bytes | None:
     try:
         with open(f"/proc/{pid}/{name}", "rb") as file:
-            return file.read(MAX_CGROUP_TEXT)
+            return file.read(limit)
     except OSError:
         return None
 
@@ -105,21 +109,219 @@ def _stat_fields(pid: int) -> list[str] | None:
     return raw[raw.rindex(b")") + 1 :].decode("ascii", "replace").split()
 
 
+_JOB_ID = "([1-9][0-9]{0,9})"  # ASCII digits (\\d takes any script's), no leading zero
+_SLURM_CGROUP = re.compile(
+    # v1: /slurm/uid_N/job_N/... (/slurm_<node>/... where one host runs several slurmd);
+    # v2: /system.slice/slurmstepd.scope/job_N/... (<node>_slurmstepd.scope likewise)
+    r"(?:^|/)(?:slurm(?:_[^/]+)?/uid_[0-9]+|(?:[^/]+_)?slurmstepd\.scope)/job_"
+    + _JOB_ID
+    + "(?:/|$)"
+)
+_ENV_JOB_ID = re.compile(_JOB_ID)
+
+
+def _job_id(digits: str) -> int | None:
+    value = int(digits)
+    return value if 0 < value < 2**32 else None
+
+
+def slurm_job_id(pid: int, cgroup_text: str | None) -> int | None:
+    """The Slurm job ``pid`` runs in: from its cgroup path where slurmstepd put it in one, else
+    from ``SLURM_JOB_ID`` in its environment (which /proc shows only for one's own processes,
+    or to root); None when neither says."""
+    for line in (cgroup_text or "").splitlines():
+        path = line.split(":", 2)[-1]
+        match = _SLURM_CGROUP.search(path)
+        if match is not None:
+            return _job_id(match.group(1))
+    environ = _read_proc(pid, "environ", MAX_ENVIRON)
+    if not environ:
+        return None
+    variables = environ.split(b"\0")
+    if len(environ) == MAX_ENVIRON:
+        variables.pop()  # cut short by the bound: the last one may be only part of itself
+    for variable in variables:
+        if variable.startswith(b"SLURM_JOB_ID="):
+            match = _ENV_JOB_ID.fullmatch(variable[13:].decode("ascii", "replace"))
+            return None if match is None else _job_id(match.group(1))
+    return None
+
+
 def process_details(pid: int) -> dict[str, object]:
-    """What /proc adds to a GPU process: owner, command line, cgroup text, start time."""
+    """What /proc adds to a GPU process: owner, command line, cgroup text, start time, and the
+    Slurm job it runs in."""
     try:
         user: str | None = _user_name(os.stat(f"/proc/{pid}").st_uid)
     except OSError:
         user = None
-    cgroup = _read_proc(pid, "cgroup")
+    raw_cgroup = _read_proc(pid, "cgroup")
+    cgroup = None if raw_cgroup is None else raw_cgroup.decode("utf-8", "replace")
     stat = _stat_fields(pid)
     start = stat[19] if stat is not None and len(stat) > 19 else None  # field 22
     return {
         "user": user,
         "command": command_line(pid),
-        "cgroup": None if cgroup is None else cgroup.decode("utf-8", "replace"),
+        "cgroup": cgroup,
         "start_time": int(start) if start is not None and start.isdigit() else None,
+        "slurm_job": slurm_job_id(pid, cgroup),
     }
+
+
+# --- child processes, each with a timeout -----------------------------------------------------
+
+
+def spawn(argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen:
+    """``argv`` started with no stdin and its output piped; OSError when it cannot be."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=None if env is None else dict(env),
+        close_fds=True,
+    )
+
+
+def reap(child: subprocess.Popen, timeout: float) -> tuple[bytes, bytes] | None:
+    """The child's stdout and stderr once it exits; None when it ran past ``timeout`` and was
+    killed. The kill is waited for as long as the kernel holds the child (a driver call): the
+    calling thread waits, never the ticks."""
+    try:
+        return child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        return None
+
+
+# --- Slurm: what squeue says about the jobs the GPU processes run in ----------------------------
+
+SLURM_FIELDS = ("job_id", "user", "partition", "start", "time_limit", "state", "name")
+SQUEUE_FORMAT = "%A\x1f%u\x1f%P\x1f%S\x1f%l\x1f%T\x1f%j"
+"""squeue's fields in SLURM_FIELDS' order, split by US: the job name, free text that may hold
+anything, comes last so that no character of it can shift the others. ``%A`` is the job's own
+id (an array task's too, where ``%i`` prints ``base_index``), the number its cgroup carries."""
+SLURM_STALE_S = 30.0
+SLURM_TIMEOUT_S = 5.0
+MAX_SLURM_JOBS = 1024
+"""Jobs remembered; the longest unasked are forgotten first."""
+
+
+def parse_squeue(output: str, asked: set[int]) -> dict[int, dict[str, object]]:
+    """The rows of ``squeue -o SQUEUE_FORMAT`` for the jobs ``asked`` about, by job id.
+
+    A job name may hold a newline and so forge what looks like another job's row: a job id
+    that comes twice is left out rather than believed either time."""
+    rows: dict[int, dict[str, object]] = {}
+    repeated: set[int] = set()
+    for line in output.split("\n"):
+        values = line.split("\x1f", len(SLURM_FIELDS) - 1)
+        match = _ENV_JOB_ID.fullmatch(values[0].strip())
+        if len(values) != len(SLURM_FIELDS) or match is None:
+            continue
+        job = _job_id(match.group(1))
+        if job is None or job not in asked:
+            continue
+        if job in rows:
+            repeated.add(job)
+        row: dict[str, object] = {"job_id": job}
+        for position, name in enumerate(SLURM_FIELDS[1:], 1):  # no zip(strict=) in 3.8
+            value = values[position] if name == "name" else values[position].strip()
+            row[name] = clipped(value) if value else None
+        rows[job] = row
+    for job in repeated:
+        del rows[job]
+    return rows
+
+
+class SlurmJobs:
+    """What squeue says about jobs, asked in a thread of its own: a tick takes what is known and
+    never waits for squeue, which a busy or unreachable slurmctld can hold for seconds.
+
+    One call at a time, for every job not known or known for more than SLURM_STALE_S; each
+    call is killed past its timeout. Where there is no squeue on PATH nothing is asked.
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        timeout: float = SLURM_TIMEOUT_S,
+        stale_after: float = SLURM_STALE_S,
+    ) -> None:
+        """``env``: the environment squeue runs in (``SLURM_CONF`` points it at a cluster)."""
+        self._env = dict(os.environ if env is None else env)
+        self._squeue = shutil.which("squeue", path=self._env.get("PATH", os.defpath))
+        self._timeout = timeout
+        self._stale_after = stale_after
+        self._lock = threading.Lock()
+        # job id -> (when squeue was last asked, its row or None where it listed none), in the
+        # order they were asked: the first is the one to forget
+        self._known: dict[int, tuple[float, dict[str, object] | None]] = {}
+        self._asking = False
+        self._child: subprocess.Popen | None = None
+
+    def lookup(self, jobs: set[int]) -> dict[int, dict[str, object]]:
+        """What is known of ``jobs`` (a row older than SLURM_STALE_S too, until a newer one
+        comes); asks squeue about the rest, in the background."""
+        now = time.monotonic()
+        with self._lock:
+            known = {job: self._known[job] for job in jobs if job in self._known}
+            wanted = sorted(
+                job for job in jobs if job not in known or now - known[job][0] > self._stale_after
+            )[:MAX_SLURM_JOBS]
+            ask = bool(wanted) and self._squeue is not None and not self._asking
+            self._asking = self._asking or ask
+        if ask:
+            threading.Thread(target=self._ask, args=(wanted,), name="squeue", daemon=True).start()
+        return {job: row for job, (_, row) in known.items() if row is not None}
+
+    def _ask(self, jobs: list[int]) -> None:
+        rows = self._squeue_rows(jobs)
+        now = time.monotonic()
+        with self._lock:
+            for job in jobs:
+                previous = self._known.pop(job, (now, None))[1]
+                # Failed (None): keep what was known, ask again once it is stale.
+                self._known[job] = (now, previous if rows is None else rows.get(job))
+            while len(self._known) > MAX_SLURM_JOBS:
+                del self._known[next(iter(self._known))]
+            self._asking = False
+
+    def _squeue_rows(self, jobs: list[int]) -> dict[int, dict[str, object]] | None:
+        """squeue's rows for ``jobs``; None where it failed to answer.
+
+        squeue exits 1 ("Invalid job id specified") when none of the jobs is still known to
+        slurmctld: an answer too, that all have ended."""
+        argv = [self._squeue, "-h", "-j", ",".join(map(str, jobs)), "-o", SQUEUE_FORMAT]
+        try:
+            child = spawn(argv, self._env)
+        except OSError:
+            return None
+        self._child = child
+        try:
+            output = reap(child, self._timeout)
+        finally:
+            self._child = None
+        if output is None:
+            return None
+        stdout, stderr = output
+        if child.returncode != 0 and b"Invalid job id" not in stderr:
+            return None
+        return parse_squeue(stdout.decode("utf-8", "replace"), set(jobs))
+
+    def close(self) -> None:
+        """Kill the squeue call in flight, if any."""
+        child = self._child
+        if child is not None:
+            with contextlib.suppress(OSError):
+                child.kill()
+
+
+def jobs_of(processes: list[dict], slurm: SlurmJobs) -> list[dict[str, object]]:
+    """The reading's ``jobs``: what is known of the jobs its processes run in."""
+    ids = {p["slurm_job"] for p in processes if isinstance(p.get("slurm_job"), int)}
+    known = slurm.lookup(ids)
+    return [known[job] for job in sorted(known)]
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -208,6 +410,7 @@ class SimGpus:
                 "cgroup": f"0::/system.slice/docker-{tag + gpu:064x}.scope\n",
                 "start_time": 1000 + gpu,
                 "kind": "compute",
+                "slurm_job": None,
             }
             for gpu in range(min(2, count))
         ]
@@ -654,27 +857,18 @@ class SmiRunner:
                 raise SmiFailure("the agent is leaving")
             self._label, self._since = label, time.monotonic()
             try:
-                child = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    close_fds=True,
-                )
+                child = spawn(argv)
             except OSError as error:
                 raise SmiFailure(f"cannot run {label} ({error.strerror})") from None
             self._child = child
         try:
-            stdout, stderr = child.communicate(timeout=self._timeout)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()  # as long as the driver holds it: this thread, not the ticks, waits
-            raise SmiFailure(
-                f"{label} gave no answer within {self._timeout:g} s and was killed"
-            ) from None
+            output = reap(child, self._timeout)
         finally:
             with self._lock:
                 self._child = None
+        if output is None:
+            raise SmiFailure(f"{label} gave no answer within {self._timeout:g} s and was killed")
+        stdout, stderr = output
         if child.returncode != 0:
             detail = _first_line(stderr) or _first_line(stdout)
             raise SmiFailure(
@@ -737,6 +931,7 @@ class Agent:
         self._sim: SimGpus | None = None
         self._nvml: Nvml | None = None
         self._runner: SmiRunner | None = None
+        self._slurm = SlurmJobs()
         self.mode = self._choose_mode(options)
 
     def _choose_mode(self, options: argparse.Namespace) -> str:
@@ -816,6 +1011,7 @@ class Agent:
                 self._smi_done(*event[1:])
 
     def close(self) -> None:
+        self._slurm.close()
         if self._runner is not None:
             self._runner.close()
         if self._nvml is not None:
@@ -837,8 +1033,11 @@ class Agent:
         else:
             self._smi_tick()
 
-    def _send_reading(self, stamp: float, **fields: object) -> None:
-        self._out.send("reading", seq=self._seq, time=stamp, **fields)
+    def _send_reading(self, stamp: float, gpus: list[dict], processes: list[dict]) -> None:
+        jobs = jobs_of(processes, self._slurm)
+        self._out.send(
+            "reading", seq=self._seq, time=stamp, gpus=gpus, processes=processes, jobs=jobs
+        )
 
     def _error(self, message: str) -> None:
         self._out.send("error", time=time.time(), message=clipped(" ".join(message.split())))
@@ -887,6 +1086,7 @@ class Agent:
             apps_csv=outputs[_APPS_QUERY],
             apps_fields=apps_fields,
             processes=processes,
+            jobs=jobs_of(processes, self._slurm),
         )
 
     # --- commands --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ place) prints can raise here.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import shlex
@@ -25,6 +26,7 @@ from gpuconsole.model import (
     HostSnapshot,
     PcieLink,
     RowRemap,
+    SlurmJob,
     Topology,
 )
 from gpuconsole.telemetry.containers import container_of
@@ -38,7 +40,7 @@ from gpuconsole.telemetry.smi.query import (
 )
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
-from gpuconsole.untrusted import MAX_TEXT_CHARS, vetted, visible
+from gpuconsole.untrusted import MAX_NOTES, MAX_TEXT_CHARS, vetted, visible
 
 PROTOCOL_VERSION = 1
 AGENT_MARKER = "gpuconsole-agent"
@@ -337,11 +339,12 @@ class AgentStream:
         line.required_integer("seq")
         sent_at = line.number("time", required=True)
         extras = [_Fields(entry, "a process") for entry in line.list_of("processes")]
+        jobs = _Jobs(line)
         if line.has("gpu_csv"):
-            gpus, processes = _smi_reading(line, extras)
+            gpus, processes = _smi_reading(line, extras, jobs)
         else:
             gpus = [_gpu(_Fields(entry, "a GPU")) for entry in line.list_of("gpus")]
-            processes = [_process(entry) for entry in extras]
+            processes = [_process(entry, jobs) for entry in extras]
         snapshot = HostSnapshot(
             host=self.host,
             time=self._clock(),
@@ -351,6 +354,8 @@ class AgentStream:
             driver_version=hello.driver_version,
             cuda_version=hello.cuda_version,
             source=f"agent-{hello.mode}",
+            bad_values=len(jobs.notes),
+            bad_value_notes=tuple(jobs.notes[:MAX_NOTES]),
         )
         return Reading(vetted(snapshot), sent_at)
 
@@ -471,7 +476,50 @@ def _container(process: _Fields) -> str | None:
     return None if cgroup is None else container_of(cgroup)
 
 
-def _process(process: _Fields) -> GpuProcess:
+class _Jobs:
+    """A reading's ``jobs`` by id, for its processes to name (an older agent sends none).
+
+    Slurm's details are an addition to a reading, not the reading: an entry that cannot be read
+    costs only itself, counted in the snapshot's bad values with a note of why, and the
+    processes in that job keep the job id alone."""
+
+    def __init__(self, line: _Fields) -> None:
+        self.notes: list[str] = []
+        self._jobs: dict[int, SlurmJob] = {}
+        if not line.has("jobs"):
+            return
+        try:
+            entries = line.list_of("jobs")
+        except _Malformed as error:
+            self.notes.append(str(error))
+            return
+        for entry in entries:
+            try:
+                job = _slurm_job(_Fields(entry, "a Slurm job"))
+            except _Malformed as error:
+                self.notes.append(str(error))
+                continue
+            if job.job_id in self._jobs:
+                self.notes.append(f"Slurm job {job.job_id} is listed twice")
+                continue
+            self._jobs[job.job_id] = job
+
+    def of(self, process: _Fields) -> SlurmJob | None:
+        """The job the process entry names in ``slurm_job``: as ``jobs`` describes it, or only
+        its id where squeue has not (yet) told the agent about it."""
+        job_id = process.integer("slurm_job")
+        if job_id is None:
+            return None
+        return self._jobs.get(job_id) or SlurmJob(job_id, None, None, None, None, None, None)
+
+
+def _slurm_job(job: _Fields) -> SlurmJob:
+    """One ``jobs`` entry; `vetted` checks its id's range and makes its texts safe."""
+    texts = (job.text(f.name) or None for f in dataclasses.fields(SlurmJob)[1:])
+    return SlurmJob(job.required_integer("job_id"), *texts)
+
+
+def _process(process: _Fields, jobs: _Jobs) -> GpuProcess:
     """An nvml- or sim-mode process entry."""
     process.integer("start_time")
     return GpuProcess(
@@ -483,10 +531,13 @@ def _process(process: _Fields) -> GpuProcess:
         kind=process.text("kind") or "compute",
         container=_container(process),
         mig_instance=process.integer("mig_instance"),
+        job=jobs.of(process),
     )
 
 
-def _smi_reading(line: _Fields, extras: list[_Fields]) -> tuple[list[GpuState], list[GpuProcess]]:
+def _smi_reading(
+    line: _Fields, extras: list[_Fields], jobs: _Jobs
+) -> tuple[list[GpuState], list[GpuProcess]]:
     """An smi-mode reading: nvidia-smi's CSV parsed as a local nvidia-smi's would be, its
     processes joined by pid with what the agent read in /proc."""
     gpu_csv = line.required_text("gpu_csv", limit=MAX_LINE_CHARS)
@@ -507,6 +558,7 @@ def _smi_reading(line: _Fields, extras: list[_Fields]) -> tuple[list[GpuState], 
                 user=extra.text("user"),
                 command=extra.text("command") or app.command,
                 container=_container(extra),
+                job=jobs.of(extra),
             )
         processes.append(app)
     return gpus, processes
