@@ -136,6 +136,17 @@ class SlurmJob:
     """The job's time limit as squeue prints it (``1-00:00:00``, ``UNLIMITED``)."""
     state: str | None
 
+    @property
+    def short(self) -> str:
+        """'job 41327 llama-ft': what a process list's owner column shows."""
+        return f"job {self.job_id}" + (f" {self.name}" if self.name else "")
+
+    @property
+    def described(self) -> str:
+        """'job 41327 (alice, llama-ft)': what a triage row or a bundle says it affects."""
+        known = ", ".join(text for text in (self.user, self.name) if text)
+        return f"job {self.job_id}" + (f" ({known})" if known else "")
+
 
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
@@ -153,6 +164,22 @@ class GpuProcess:
     """The GPU instance id when the GPU is in MIG mode."""
     job: SlurmJob | None = None
     """The Slurm job the process runs in, where it runs in one and squeue could say."""
+
+    @property
+    def owner(self) -> str | None:
+        """Whose work it is: its Slurm job, else its container, else None."""
+        return self.job.short if self.job is not None else self.container
+
+
+def affected(processes: Iterable[GpuProcess], gpu: int | None) -> tuple[str, ...]:
+    """Whose work a problem on ``gpu`` (every GPU, for a host-wide one) affects, each once:
+    "job 41327 (alice, llama-ft)" for a Slurm job, else "container <id>"."""
+    owners = (
+        p.job.described if p.job is not None else p.container and f"container {p.container}"
+        for p in processes
+        if gpu is None or p.gpu == gpu
+    )
+    return tuple(dict.fromkeys(owner for owner in owners if owner))
 
 
 @dataclass(frozen=True, slots=True)

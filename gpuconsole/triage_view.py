@@ -15,12 +15,13 @@ another finding on the same GPU.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuconsole.alerts.engine import FIRING
-from gpuconsole.model import Finding, Severity
+from gpuconsole.model import Finding, Severity, affected
 from gpuconsole.record.episodes import ALERT, FINDING, alert_ident, finding_ident
 from gpuconsole.store import FleetStore
 from gpuconsole.xid import FALLEN_OFF_THE_BUS
@@ -88,6 +89,8 @@ class TriageItem:
     since: float | None
     """When it began (as far as the console saw); None when it does not know."""
     alerts: tuple[RowAlert, ...] = ()
+    affects: tuple[str, ...] = ()
+    """Whose work runs where the problem is: "job 41327 (alice, llama-ft)", a container."""
 
     @property
     def where(self) -> str:
@@ -125,7 +128,13 @@ def triage_items(
         for finding, also in problems[host]
     ]
     items.extend(_alert_row(alert, since, rules) for alert in alone)
-    return sorted(items, key=_order)
+    return sorted((_with_affected(item, store) for item in items), key=_order)
+
+
+def _with_affected(item: TriageItem, store: FleetStore) -> TriageItem:
+    snapshot = store.latest(item.host) if item.host in store.hosts else None
+    owners = affected(snapshot.processes, item.gpu) if snapshot is not None else ()
+    return dataclasses.replace(item, affects=owners) if owners else item
 
 
 def _problems(findings: Sequence[Finding]) -> list[tuple[Finding, tuple[str, ...]]]:

@@ -192,14 +192,14 @@ def test_a_hung_squeue_delays_no_lookup_and_is_killed(tmp_path: Path) -> None:
     squeue = tmp_path / "squeue"
     squeue.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec sleep 60\n')
     squeue.chmod(0o755)
-    jobs = SlurmJobs(env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=0.5)
+    jobs = SlurmJobs(env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=3.0, first_wait=0.1)
     began = time.monotonic()
     assert jobs.lookup({3, 1, 2}) == {} and jobs.lookup({1, 2, 3}) == {}
-    assert time.monotonic() - began < 0.3
+    assert time.monotonic() - began < 2.0  # the first wait, not squeue's timeout
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline and not calls.exists():
         time.sleep(0.05)
-    time.sleep(1.0)  # past the timeout: killed, and its jobs not asked again until stale
+    time.sleep(3.5)  # past the timeout: killed, and its jobs not asked again until stale
     assert jobs.lookup({1, 2, 3}) == {}
     time.sleep(0.2)
     assert calls.read_text().splitlines() == [f"-h -j 1,2,3 -o {SQUEUE_FORMAT}"]
@@ -207,6 +207,14 @@ def test_a_hung_squeue_delays_no_lookup_and_is_killed(tmp_path: Path) -> None:
         p.info["cmdline"] == ["sleep", "60"] and p.ppid() == os.getpid()
         for p in psutil.process_iter(["cmdline"])
     )
+
+
+def test_a_new_jobs_first_lookup_has_squeues_answer(tmp_path: Path) -> None:
+    squeue = tmp_path / "squeue"
+    squeue.write_text(f"#!/bin/sh\nprintf '%s\\n' '{row(7, 'llama-ft')}'\n")
+    squeue.chmod(0o755)
+    jobs = SlurmJobs(env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, first_wait=WAIT_S)
+    assert jobs.lookup({7})[7]["name"] == "llama-ft"
 
 
 # --- a real Slurm job ----------------------------------------------------------------------------

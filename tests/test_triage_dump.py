@@ -137,8 +137,8 @@ def assert_round_trip(snapshot: HostSnapshot) -> None:
 
 
 def without_user(process: GpuProcess) -> GpuProcess:
-    """What the XML keeps of a process: not its user nor its container."""
-    return dataclasses.replace(process, user=None, container=None)
+    """What the XML keeps of a process: not its user, its container nor its Slurm job."""
+    return dataclasses.replace(process, user=None, container=None, job=None)
 
 
 @pytest.mark.parametrize("host", demo_rack(hosts=6, seed=7).hosts)

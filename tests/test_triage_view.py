@@ -4,6 +4,7 @@ opens the host at the GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import cast
 
 from conftest import NOW
@@ -14,7 +15,15 @@ from test_app import tick
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.engine import FIRING, PENDING, Alert
 from gpuconsole.alerts.rules import rule_from_dict
-from gpuconsole.model import Finding, GpuState, HostSnapshot, Severity, XidEvent
+from gpuconsole.model import (
+    Finding,
+    GpuProcess,
+    GpuState,
+    HostSnapshot,
+    Severity,
+    SlurmJob,
+    XidEvent,
+)
 from gpuconsole.record.episodes import ALERT, FINDING, finding_ident
 from gpuconsole.screens.host import HostScreen
 from gpuconsole.screens.triage import TriageScreen
@@ -138,6 +147,9 @@ class _Findings:
 
     def findings(self, host: str) -> tuple[Finding, ...]:
         return self._findings[host]
+
+    def latest(self, host: str) -> None:
+        return None  # no readings: the rows affect no one known
 
 
 _CODES = ("mem-pressure", "power-cap", "temp-high", "thermal-throttle", "gpu-lost", "xid")
@@ -273,3 +285,20 @@ async def test_the_demo_after_five_minutes_one_row_per_problem(make_app, clock) 
         assert alone == [("h100-03", "gpu-utilization-high")]  # host-wide: no finding of its own
         findings = sum(len(app.fleet.store.findings(h)) for h in app.fleet.store.hosts)
         assert len(items) == findings + 1 - 1  # h100-01 GPU 3's XID 79 is on its gpu-lost row
+
+
+def test_each_row_says_whose_work_it_affects() -> None:
+    job = SlurmJob(41327, "llama-ft", "alice", "gpu", None, None, "RUNNING")
+    snapshot = dataclasses.replace(
+        hot("n1", 90.0),
+        processes=(
+            GpuProcess(11, 0, 100.0, "alice", "python train.py", job=job),
+            GpuProcess(12, 0, 100.0, "alice", "python train.py", job=job),
+            GpuProcess(13, 0, 100.0, "svc", "serve", container="docker:0123456789ab"),
+            GpuProcess(14, 1, 100.0, "bob", "python other.py"),
+        ),
+    )
+    items = triage_items(store_with(snapshot), [], {}.get, DEFAULT_RULES)
+    by_gpu = {i.gpu: i.affects for i in items}
+    assert by_gpu[0] == ("job 41327 (alice, llama-ft)", "container docker:0123456789ab")
+    assert by_gpu[1] == ()  # a process of no job or container: no owner to name

@@ -53,6 +53,7 @@ _PROCESS_COLUMNS = (
     ColumnSpec("pid", "PID", 8),
     ColumnSpec("user", "User", 10),
     ColumnSpec("memory", "Memory", 8),
+    ColumnSpec("owner", "Owner", 18),
     ColumnSpec("command", "Command", None),
 )
 _TREND_LABEL_WIDTH = 18  # "GPU 7 power " before the line, " 700W" after it
@@ -306,6 +307,7 @@ class HostScreen(ConsoleScreen):
                         Text(str(p.pid)),
                         cells.text(p.user),
                         memory,
+                        cells.text(p.owner),
                         cells.text(p.command),
                     ),
                 )

@@ -163,6 +163,8 @@ class TriageScreen(ConsoleScreen):
                 f"{a.rule} {a.state} since {clock(a.since)} UTC" for a in item.alerts
             )
             lines.append(Text.assemble(("alerts: ", "bold"), alerts))
+        if item.affects:
+            lines.append(Text.assemble(("affects: ", "bold"), ", ".join(item.affects)))
         lines.append(Text.assemble(("next: ", "bold"), item.next_step))
         widget.update(Text("\n").join(lines))
 

@@ -92,6 +92,12 @@ def _read_proc(pid: int, name: str, limit: int = MAX_CGROUP_TEXT) -> bytes | Non
         return None
 
 
+def cgroup_text(pid: int) -> str | None:
+    """/proc/PID/cgroup (bounded), or None when the process is gone."""
+    raw = _read_proc(pid, "cgroup")
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
 def command_line(pid: int) -> str | None:
     """The process's arguments joined by spaces; None when it is gone or has none (a zombie)."""
     raw = _read_proc(pid, "cmdline")
@@ -154,8 +160,7 @@ def process_details(pid: int) -> dict[str, object]:
         user: str | None = _user_name(os.stat(f"/proc/{pid}").st_uid)
     except OSError:
         user = None
-    raw_cgroup = _read_proc(pid, "cgroup")
-    cgroup = None if raw_cgroup is None else raw_cgroup.decode("utf-8", "replace")
+    cgroup = cgroup_text(pid)
     stat = _stat_fields(pid)
     start = stat[19] if stat is not None and len(stat) > 19 else None  # field 22
     return {
@@ -203,6 +208,10 @@ anything, comes last so that no character of it can shift the others. ``%A`` is 
 id (an array task's too, where ``%i`` prints ``base_index``), the number its cgroup carries."""
 SLURM_STALE_S = 30.0
 SLURM_TIMEOUT_S = 5.0
+SLURM_FIRST_WAIT_S = 0.5
+"""How long a tick waits for squeue about a job it has never seen (a healthy slurmctld answers
+in milliseconds): so that a one-shot snapshot names the job, while a slow one costs a tick at
+most this, once per new job."""
 MAX_SLURM_JOBS = 1024
 """Jobs remembered; the longest unasked are forgotten first."""
 
@@ -239,7 +248,8 @@ class SlurmJobs:
     never waits for squeue, which a busy or unreachable slurmctld can hold for seconds.
 
     One call at a time, for every job not known or known for more than SLURM_STALE_S; each
-    call is killed past its timeout. Where there is no squeue on PATH nothing is asked.
+    call is killed past its timeout. Where there is no squeue on PATH nothing is asked. Only a
+    call about a job never seen before is waited for, and for ``first_wait`` at most.
     """
 
     def __init__(
@@ -247,12 +257,14 @@ class SlurmJobs:
         env: Mapping[str, str] | None = None,
         timeout: float = SLURM_TIMEOUT_S,
         stale_after: float = SLURM_STALE_S,
+        first_wait: float = SLURM_FIRST_WAIT_S,
     ) -> None:
         """``env``: the environment squeue runs in (``SLURM_CONF`` points it at a cluster)."""
         self._env = dict(os.environ if env is None else env)
         self._squeue = shutil.which("squeue", path=self._env.get("PATH", os.defpath))
         self._timeout = timeout
         self._stale_after = stale_after
+        self._first_wait = first_wait
         self._lock = threading.Lock()
         # job id -> (when squeue was last asked, its row or None where it listed none), in the
         # order they were asked: the first is the one to forget
@@ -272,10 +284,16 @@ class SlurmJobs:
             ask = bool(wanted) and self._squeue is not None and not self._asking
             self._asking = self._asking or ask
         if ask:
-            threading.Thread(target=self._ask, args=(wanted,), name="squeue", daemon=True).start()
+            answered = threading.Event()
+            threading.Thread(
+                target=self._ask, args=(wanted, answered), name="squeue", daemon=True
+            ).start()
+            if len(known) < len(jobs) and answered.wait(self._first_wait):
+                with self._lock:
+                    known = {job: self._known[job] for job in jobs if job in self._known}
         return {job: row for job, (_, row) in known.items() if row is not None}
 
-    def _ask(self, jobs: list[int]) -> None:
+    def _ask(self, jobs: list[int], answered: threading.Event) -> None:
         rows = self._squeue_rows(jobs)
         now = time.monotonic()
         with self._lock:
@@ -286,6 +304,7 @@ class SlurmJobs:
             while len(self._known) > MAX_SLURM_JOBS:
                 del self._known[next(iter(self._known))]
             self._asking = False
+        answered.set()
 
     def _squeue_rows(self, jobs: list[int]) -> dict[int, dict[str, object]] | None:
         """squeue's rows for ``jobs``; None where it failed to answer.

@@ -15,9 +15,11 @@ Time is quantised to steps: a reading at ``t`` shows step ``floor(t - epoch)``, 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
+import time
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable
@@ -32,6 +34,7 @@ from gpuconsole.model import (
     HostSnapshot,
     PcieLink,
     RowRemap,
+    SlurmJob,
     Topology,
     XidEvent,
 )
@@ -282,6 +285,31 @@ class _Job:
     eval_period_s: int
     eval_s: int
     memory_util_pct: float
+    slurm: SlurmJob | None
+    """The Slurm job it runs as, where it is not in a container (its start filled in on use)."""
+
+
+def _iso(t: float) -> str:
+    """A time as squeue prints a job's start (``2026-01-01T00:05:00``), in UTC here."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+
+
+def _slurm_job(key: str, user: str, command: str) -> SlurmJob | None:
+    """A Slurm job for a job outside a container, from a random stream of its own (so that the
+    other draws, and the rack they make, stay as they were)."""
+    if user in _CONTAINER_USERS:
+        return None
+    rng = random.Random(f"{key}:slurm")
+    script = next((w for w in command.split() if w.endswith(".py")), "job.py")
+    return SlurmJob(
+        rng.randint(40_000, 99_999),
+        script.removesuffix(".py"),
+        user,
+        "gpu",
+        None,
+        rng.choice(("1-00:00:00", "2-00:00:00", "12:00:00")),
+        "RUNNING",
+    )
 
 
 class _Lane:
@@ -325,6 +353,7 @@ class _Lane:
             eval_period_s=rng.randint(120, 420),
             eval_s=rng.randint(6, 20),
             memory_util_pct=rng.uniform(18.0, 60.0),
+            slurm=_slurm_job(f"{self._key}:job{len(self._jobs)}", user, command),
         )
 
 
@@ -627,7 +656,12 @@ class _HostSim:
             ramp = min(1.0, (step - job.start + 1) / job.ramp_s)
             pid = job.pid + 1 + rank if gang else job.pid
             used = float(round(plateau * ramp))
-            return (GpuProcess(pid, g, used, job.user, job.command, container=job.container),)
+            slurm = job.slurm and dataclasses.replace(
+                job.slurm, start=_iso(self._epoch + job.start)
+            )
+            return (
+                GpuProcess(pid, g, used, job.user, job.command, container=job.container, job=slurm),
+            )
         if activity.kind == _LEAK:
             used = float(round(self._leak_base + _LEAK_MIB_PER_S * activity.age))
             command = "python serve.py --model llama-2-13b --port 8000"

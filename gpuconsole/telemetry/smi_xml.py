@@ -6,8 +6,8 @@ The layout follows the output captured on an NVIDIA H200 with driver 580
 formatting ("45 %", "81559 MiB", "700.00 W", "16x", "N/A"), limited to the tags that
 `gpuconsole.telemetry.smi.parse_xml` reads, so that parsing the dump gives back every GPU field
 the XML carries. Not carried: the host name (the reader names it), MIG instances, a process's
-user and container, XID events (nvidia-smi does not report them: they are in the kernel log) and
-the topology (``topo -m`` is a separate command).
+user, container and Slurm job, XID events (nvidia-smi does not report them: they are in the
+kernel log) and the topology (``topo -m`` is a separate command).
 
 Two values are written the way that driver writes them rather than as the model holds them: the
 slowdown temperature as margins to T.Limit (the H200 starts slowing down 2 °C past T.Limit), and

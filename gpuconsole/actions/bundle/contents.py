@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuconsole.actions.verify.model import HostReport
 from gpuconsole.jsonout import finding_dict, snapshot_dict
-from gpuconsole.model import Finding, HostSnapshot, Severity
+from gpuconsole.model import Finding, GpuProcess, HostSnapshot, Severity, affected
 from gpuconsole.record.episodes import ALERT, Episode
 from gpuconsole.record.when import clock, stamp
 from gpuconsole.summary import short_model, summarize
@@ -55,10 +55,13 @@ def data_files(inputs: BundleInputs) -> dict[str, str]:
     readings = "".join(
         json.dumps(snapshot_dict(s, ()), sort_keys=True) + "\n" for s in inputs.readings
     )
+    latest = inputs.readings[-1].processes if inputs.readings else ()
     findings = {
         "host": inputs.host,
         "at": inputs.at,
-        "findings": [finding_dict(f) for f in inputs.findings],
+        "findings": [
+            {**finding_dict(f), "affects": list(affected(latest, f.gpu))} for f in inputs.findings
+        ],
         "alerts": [alert_dict(a) for a in inputs.alerts],
         "timeline": [e.as_dict() for e in inputs.episodes],
     }
@@ -68,6 +71,11 @@ def data_files(inputs: BundleInputs) -> dict[str, str]:
         "findings.json": json.dumps(findings, indent=2) + "\n",
         "audit.jsonl": audit,
     }
+
+
+def _affects(processes: Sequence[GpuProcess], gpu: int | None) -> str:
+    owners = affected(processes, gpu)
+    return f", affects {', '.join(owners)}" if owners else ""
 
 
 def summary(
@@ -86,8 +94,13 @@ def summary(
         "## Problems at that moment",
         "",
     ]
+    latest = inputs.readings[-1].processes if inputs.readings else ()
     problems = [
-        (finding.severity, f"{finding.message} (`{finding.code}`). Next: {finding.remediation}")
+        (
+            finding.severity,
+            f"{finding.message} (`{finding.code}`){_affects(latest, finding.gpu)}. "
+            f"Next: {finding.remediation}",
+        )
         for finding in inputs.findings
     ]
     problems += [
