@@ -149,6 +149,41 @@ class SlurmJob:
 
 
 @dataclass(frozen=True, slots=True)
+class KubePod:
+    """The Kubernetes pod a process runs in: its uid from the process's cgroup, its namespace,
+    name and container from the kubelet's log layout on the host, where they could be found."""
+
+    uid: str
+    namespace: str | None = None
+    name: str | None = None
+    container: str | None = None
+
+    @property
+    def short(self) -> str:
+        """'pod infer/llama-13b-7d9f': what a process list's owner column shows."""
+        if self.name is None:
+            return f"pod {self.uid[:8]}"
+        return f"pod {self.namespace}/{self.name}" if self.namespace else f"pod {self.name}"
+
+    @property
+    def described(self) -> str:
+        """'pod infer/llama-13b-7d9f (server)': what a triage row or a bundle says it affects."""
+        return self.short + (f" ({self.container})" if self.container else "")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLoad:
+    """What a process used of its GPU over NVML's last sampling period, in percent (NVML's
+    process utilization samples); None for what the GPU does not sample."""
+
+    sm_pct: float | None = None
+    memory_pct: float | None = None
+    """The memory controller's busy time, as nvidia-smi pmon's ``mem`` column."""
+    encoder_pct: float | None = None
+    decoder_pct: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuProcess:
     """A process holding memory on a GPU."""
 
@@ -164,22 +199,66 @@ class GpuProcess:
     """The GPU instance id when the GPU is in MIG mode."""
     job: SlurmJob | None = None
     """The Slurm job the process runs in, where it runs in one and squeue could say."""
+    pod: KubePod | None = None
+    """The Kubernetes pod it runs in, where its cgroup names one."""
+    container_name: str | None = None
+    """Its container's name as the runtime calls it (Docker's socket), where it could say."""
+    started: float | None = None
+    """When the process started, seconds since the epoch on the host's clock."""
+    load: ProcessLoad | None = None
+    """Its share of the GPU, where the GPU samples processes (NVML)."""
 
     @property
     def owner(self) -> str | None:
-        """Whose work it is: its Slurm job, else its container, else None."""
-        return self.job.short if self.job is not None else self.container
+        """Whose work it is, in a few words: its Slurm job, else its pod, else its container
+        (by name where the runtime gave one), else None."""
+        if self.job is not None:
+            return self.job.short
+        if self.pod is not None:
+            return self.pod.short
+        return self.container_name or self.container
+
+    @property
+    def owner_described(self) -> str | None:
+        """Whose work it is, as a triage row says it: "job 41327 (alice, llama-ft)"."""
+        if self.job is not None:
+            return self.job.described
+        if self.pod is not None:
+            return self.pod.described
+        named = self.container_name or self.container
+        return named and f"container {named}"
 
 
 def affected(processes: Iterable[GpuProcess], gpu: int | None) -> tuple[str, ...]:
-    """Whose work a problem on ``gpu`` (every GPU, for a host-wide one) affects, each once:
-    "job 41327 (alice, llama-ft)" for a Slurm job, else "container <id>"."""
-    owners = (
-        p.job.described if p.job is not None else p.container and f"container {p.container}"
-        for p in processes
-        if gpu is None or p.gpu == gpu
-    )
+    """Whose work a problem on ``gpu`` (every GPU, for a host-wide one) affects, each once."""
+    owners = (p.owner_described for p in processes if gpu is None or p.gpu == gpu)
     return tuple(dict.fromkeys(owner for owner in owners if owner))
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerNode:
+    """The host as its scheduler sees it: its Slurm node's state as ``scontrol show node``
+    says it (``IDLE``, ``MIXED+DRAIN``, ``DOWN+NOT_RESPONDING``), and the reason an admin gave."""
+
+    scheduler: str
+    name: str
+    state: str
+    reason: str | None = None
+
+    @property
+    def out_of_service(self) -> bool:
+        """Drained or draining: no new work lands on it."""
+        return "DRAIN" in self.state.upper().split("+")
+
+    @property
+    def described(self) -> str:
+        """'drained (reason: bad GPU 3)', 'draining', 'idle': what the fleet screen shows."""
+        base = self.state.upper().split("+")[0]
+        if not self.out_of_service:
+            return base.lower()
+        # As sinfo puts it: a draining node still runs jobs, a drained one runs none.
+        words = "draining" if base in ("ALLOCATED", "MIXED", "COMPLETING") else "drained"
+        return words + (f" (reason: {self.reason})" if self.reason else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +460,8 @@ class HostSnapshot:
     """What the first few of them were, e.g. ``GPU 0 temperature_c 1e+308 out of range``."""
     attached_gpus: int | None = None
     """How many GPUs the host has, where a saved dump holds fewer (``nvidia-smi -q -i 0,1``)."""
+    node: SchedulerNode | None = None
+    """The host's Slurm node, where it is one."""
 
     def gpu(self, index: int) -> GpuState | None:
         return next((g for g in self.gpus if g.index == index), None)

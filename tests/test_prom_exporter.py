@@ -17,19 +17,52 @@ from pathlib import Path
 
 import pytest
 from conftest import NOW
+from hostile import CLIPBOARD, TITLE, UNSAFE
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
-from promserver import free_port, promtool, promtool_available
+from promserver import (
+    Prometheus,
+    free_port,
+    prometheus_available,
+    promtool,
+    promtool_available,
+)
+from static_source import StaticSource
 
 from gpuconsole.cli import build_parser
 from gpuconsole.clock import ManualClock
 from gpuconsole.commands import exporter as exporter_command
-from gpuconsole.model import HostState
+from gpuconsole.model import (
+    GpuProcess,
+    GpuState,
+    HostSnapshot,
+    HostState,
+    KubePod,
+    ProcessLoad,
+    SlurmJob,
+)
 from gpuconsole.prom import exporter as exporter_module
-from gpuconsole.prom.exporter import Exporter
+from gpuconsole.prom.exporter import (
+    HOST_PROCESSES_METRIC,
+    MAX_LABEL_CHARS,
+    MAX_PROCESS_SERIES,
+    PROCESS_LABELS,
+    Exporter,
+    label_value,
+)
 from gpuconsole.telemetry import dcgm
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 
 needs_promtool = pytest.mark.skipif(not promtool_available(), reason="promtool is not installed")
+needs_prometheus = pytest.mark.skipif(
+    not prometheus_available(), reason="prometheus is not installed"
+)
 GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 CAMEL_CASE_LINT = "label names should be written in 'snake_case' not 'camelCase'"
 """dcgm-exporter's own `modelName` label trips this lint; it is kept so dashboards work."""
@@ -52,6 +85,22 @@ def scrape(url: str) -> str:
 
 def samples(text: str) -> dict[str, list]:
     return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def own_lines(text: str) -> str:
+    """The console's own metrics of an exposition (dcgm-exporter's names left out)."""
+    return "\n".join(
+        line
+        for line in text.splitlines()
+        if line.startswith(("gpuconsole_", "# HELP gpuconsole_", "# TYPE gpuconsole_"))
+    )
+
+
+def assert_promtool_clean(text: str) -> None:
+    """promtool finds neither a format error nor a lint in the console's own metrics."""
+    clean = promtool("check", "metrics", stdin=own_lines(text) + "\n")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert clean.stdout.strip() == ""
 
 
 def test_every_gpu_under_dcgm_exporter_names_and_labels(
@@ -154,6 +203,9 @@ def test_a_host_without_readings_drops_its_gpu_series(rack: SimRack) -> None:
         if s.labels["Hostname"] == "h100-02" and s.value == 1
     ]
     assert [s.labels["state"] for s in down] == ["down"]
+    for metric in (HOST_PROCESSES_METRIC, "gpuconsole_process_memory_used_bytes"):
+        assert families[metric], metric  # the other hosts' processes are there
+        assert not [s for s in families[metric] if s.labels["Hostname"] == "h100-02"]
 
 
 @needs_promtool
@@ -165,14 +217,8 @@ def test_promtool_check_metrics(exporter: tuple[Exporter, str]) -> None:
     assert result.returncode in (0, 3), problems
     assert problems, "promtool should flag modelName: is the label there?"
     assert all(p.startswith("DCGM_FI_DEV_") and p.endswith(CAMEL_CASE_LINT) for p in problems)
-    own = "\n".join(
-        line
-        for line in text.splitlines()
-        if line.startswith(("gpuconsole_", "# HELP gpuconsole_", "# TYPE gpuconsole_"))
-    )
-    clean = promtool("check", "metrics", stdin=own + "\n")
-    assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert clean.stdout.strip() == ""
+    assert "gpuconsole_process_memory_used_bytes{" in own_lines(text)  # the rack's jobs and pods
+    assert_promtool_clean(text)
 
 
 @needs_promtool
@@ -232,6 +278,235 @@ def test_cli_exporter_port_in_use_is_one_line() -> None:
     assert result.stderr.strip() == (
         f"gpuconsole: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
+
+
+# --- processes: whose work each is, bounded ----------------------------------------------------
+
+HOST = "gpu-07"
+GPUS = (GpuState(0, name="NVIDIA H200", uuid="GPU-0"), GpuState(1, name="NVIDIA H200"))
+SECRET = "--token=hf_s3cr3t"
+"""On a command line, where it must stay: no label carries the command."""
+JOB = SlurmJob(41327, "llama-ft", "alice", "gpu", "2026-01-01T00:00:00", "1-00:00:00", "RUNNING")
+POD = KubePod("5f1c2e9a-7b3d-4c8e-9a61-2d4f8b0c7e13", "infer", "llama-13b-7d9f5", "server")
+IN_JOB = GpuProcess(
+    4101,
+    0,
+    40960.0,
+    "alice",
+    f"python3 train.py {SECRET}",
+    job=JOB,
+    started=NOW - 3600,
+    load=ProcessLoad(87.0, 41.5, 0.0, 0.0),
+)
+IN_POD = GpuProcess(
+    5202,
+    1,
+    20480.0,
+    "root",
+    "python3 serve.py",
+    container=f"k8s-pod:{POD.uid}",
+    pod=POD,
+    started=NOW - 600,
+    load=ProcessLoad(55.0, 30.0, None, None),
+)
+IN_DOCKER = GpuProcess(
+    6303,
+    1,
+    1024.0,
+    "bob",
+    "jupyter-lab",
+    container="docker:0123456789ab",
+    container_name="notebook",
+    load=ProcessLoad(2.0, None, None, None),
+)
+BARE = GpuProcess(7404, 0, 512.0, "carol", "./a.out", started=NOW - 60, load=ProcessLoad(10.0))
+NO_LOAD = GpuProcess(8505, 1, None, "dave", "python3 -c pass", started=NOW - 5)
+PROCESS_METRIC_NAMES = (
+    "gpuconsole_process_memory_used_bytes",
+    "gpuconsole_process_sm_utilization_ratio",
+    "gpuconsole_process_memory_utilization_ratio",
+    "gpuconsole_process_encoder_utilization_ratio",
+    "gpuconsole_process_decoder_utilization_ratio",
+    "gpuconsole_process_start_time_seconds",
+)
+
+
+def exposition(*processes: GpuProcess) -> str:
+    """What a scrape of an exporter watching one host with ``processes`` returns."""
+    served = Exporter(StaticSource(HostSnapshot(HOST, NOW, GPUS, processes, source="nvml")))
+    served.poll_once()
+    assert served.store.status(HOST).state is HostState.LIVE
+    return generate_latest(served.registry).decode()
+
+
+def by_pid(families: dict[str, list], metric: str) -> dict[int, tuple[dict[str, str], float]]:
+    return {int(s.labels["pid"]): (s.labels, s.value) for s in families[metric]}
+
+
+def test_process_series_say_whose_work_it_is() -> None:
+    text = exposition(IN_JOB, IN_POD, IN_DOCKER, BARE, NO_LOAD)
+    families = samples(text)
+    memory = by_pid(families, "gpuconsole_process_memory_used_bytes")
+    nobody = dict.fromkeys(PROCESS_LABELS, "") | {"Hostname": HOST}
+    assert memory[4101] == (
+        nobody
+        | {
+            "gpu": "0",
+            "pid": "4101",
+            "user": "alice",
+            "slurm_job_id": "41327",
+            "slurm_job_name": "llama-ft",
+            "slurm_user": "alice",
+        },
+        40960 * 1024 * 1024,
+    )
+    assert memory[5202][0] == nobody | {
+        "gpu": "1",
+        "pid": "5202",
+        "user": "root",
+        "namespace": "infer",
+        "pod": "llama-13b-7d9f5",
+        "container": "server",
+    }
+    assert memory[6303][0]["container"] == "notebook"  # the runtime's name, not its id
+    assert memory[7404][0] == nobody | {"gpu": "0", "pid": "7404", "user": "carol"}
+    assert 8505 not in memory  # its memory is unknown: no series, not 0
+    sm = by_pid(families, "gpuconsole_process_sm_utilization_ratio")
+    assert {pid: value for pid, (_, value) in sm.items()} == {
+        4101: 0.87,
+        5202: 0.55,
+        6303: 0.02,
+        7404: 0.10,
+    }
+    mem_util = by_pid(families, "gpuconsole_process_memory_utilization_ratio")
+    assert {pid: value for pid, (_, value) in mem_util.items()} == {4101: 0.415, 5202: 0.30}
+    encoder = by_pid(families, "gpuconsole_process_encoder_utilization_ratio")
+    assert {pid: value for pid, (_, value) in encoder.items()} == {4101: 0.0}  # 0 is a reading
+    assert set(by_pid(families, "gpuconsole_process_decoder_utilization_ratio")) == {4101}
+    started = by_pid(families, "gpuconsole_process_start_time_seconds")
+    assert {pid: value for pid, (_, value) in started.items()} == {
+        4101: NOW - 3600,
+        5202: NOW - 600,
+        7404: NOW - 60,
+        8505: NOW - 5,
+    }
+    assert {s.labels["Hostname"]: s.value for s in families[HOST_PROCESSES_METRIC]} == {HOST: 5}
+    assert all(
+        set(s.labels) == set(PROCESS_LABELS) for m in PROCESS_METRIC_NAMES for s in families[m]
+    )
+    assert SECRET not in text and "train.py" not in text
+    assert all(
+        f"# HELP {m} " in text and f"# TYPE {m} gauge\n" in text for m in PROCESS_METRIC_NAMES
+    )
+
+
+@needs_promtool
+def test_process_series_pass_promtool() -> None:
+    assert_promtool_clean(exposition(IN_JOB, IN_POD, IN_DOCKER, BARE, NO_LOAD))
+
+
+def test_a_host_with_more_processes_than_the_cap_gets_series_for_the_biggest() -> None:
+    count = 3 * MAX_PROCESS_SERIES
+    sizes = [float((i * 7919) % count + 1) for i in range(count)]  # 1 … count MiB, shuffled
+    processes = [GpuProcess(1000 + i, i % 2, mib, "u") for i, mib in enumerate(sizes)]
+    unknown = [GpuProcess(9000 + i, 0, None, "u", started=NOW) for i in range(5)]
+    families = samples(exposition(*unknown, *processes))
+    memory = [s.value for s in families["gpuconsole_process_memory_used_bytes"]]
+    biggest = sorted(sizes, reverse=True)[:MAX_PROCESS_SERIES]
+    assert sorted(memory, reverse=True) == [mib * 1024 * 1024 for mib in biggest]
+    assert len(families["gpuconsole_process_start_time_seconds"]) == 0  # unknown memory: last
+    assert [s.value for s in families[HOST_PROCESSES_METRIC]] == [count + 5]
+
+
+def test_the_cap_reaches_processes_of_unknown_memory_last() -> None:
+    unknown = GpuProcess(9000, 0, None, "u", started=NOW)
+    families = samples(exposition(unknown, *(GpuProcess(1000 + i, 0, 1.0, "u") for i in range(3))))
+    assert [s.labels["pid"] for s in families["gpuconsole_process_start_time_seconds"]] == ["9000"]
+
+
+def test_a_process_listed_twice_on_one_gpu_has_one_series() -> None:
+    graphics = GpuProcess(IN_JOB.pid, IN_JOB.gpu, 64.0, "alice", kind="graphics")
+    families = samples(exposition(graphics, IN_JOB))
+    assert [s.value for s in families["gpuconsole_process_memory_used_bytes"]] == [
+        40960 * 1024 * 1024
+    ]
+
+
+HOSTILE = 'say "hi"\\ \\n\n' + TITLE + "\ud800"
+"""A double quote, a backslash, a backslash-n, a newline, a window-title escape and a lone
+surrogate (JSON can carry one; it has no UTF-8)."""
+HOSTILE_SEEN = 'say "hi"\\ \\n␊␛]0;owned␇\\ud800'
+"""The label value it becomes: quote and backslashes kept, the rest made visible."""
+LONG = (CLIPBOARD + '"\\\n') * (10_000 // len(CLIPBOARD + '"\\\n') + 1)
+
+
+def hostile_process() -> GpuProcess:
+    pod = KubePod(POD.uid, HOSTILE, LONG[:10_000], HOSTILE)
+    job = SlurmJob(1, LONG[:10_000], HOSTILE, None, None, None, None)
+    return GpuProcess(4242, 0, 1.0, HOSTILE, LONG, job=job, pod=pod)
+
+
+def check_hostile(labels: dict[str, str]) -> None:
+    assert labels["user"] == labels["slurm_user"] == labels["namespace"] == HOSTILE_SEEN
+    assert labels["container"] == HOSTILE_SEEN
+    for long in (labels["slurm_job_name"], labels["pod"]):
+        assert len(long) == MAX_LABEL_CHARS and long.endswith("…")
+        assert long.startswith('␛]52;c;SE9TVElMRQ==␛\\"\\␊')
+    assert not any(UNSAFE.search(value) for value in labels.values())
+
+
+def test_hostile_label_values_parse_back() -> None:
+    text = exposition(hostile_process())
+    (sample,) = samples(text)["gpuconsole_process_memory_used_bytes"]
+    check_hostile(sample.labels)
+    (line,) = [line for line in text.splitlines() if line.startswith("gpuconsole_process_memory")]
+    assert 'user="say \\"hi\\"\\\\ \\\\n␊' in line  # escaped as the exposition format says
+    assert len(line) < len(PROCESS_LABELS) * (MAX_LABEL_CHARS + 30)  # every long value cut
+
+
+@needs_promtool
+def test_hostile_label_values_pass_promtool() -> None:
+    assert_promtool_clean(exposition(hostile_process()))
+
+
+@needs_prometheus
+def test_prometheus_reads_hostile_label_values_back(tmp_path: Path) -> None:
+    """The real judge: Prometheus scrapes (asking for OpenMetrics first) and stores the labels."""
+    served = Exporter(StaticSource(HostSnapshot(HOST, NOW, GPUS, (hostile_process(),))))
+    served.poll_once()
+    _, port = served.listen("127.0.0.1", 0)
+    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"]).start()
+    try:
+        (series,) = prometheus.wait_for("gpuconsole_process_memory_used_bytes")
+    finally:
+        prometheus.stop()
+        served.close()
+    labels = dict(series["metric"])
+    assert labels.pop("__name__") == "gpuconsole_process_memory_used_bytes"
+    assert {labels.pop("instance"), labels.pop("job")} == {f"127.0.0.1:{port}", "gpus"}
+    assert set(labels) == set(PROCESS_LABELS)  # none empty (Prometheus drops an empty label)
+    check_hostile(labels)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(st.characters(exclude_categories=()), max_size=MAX_LABEL_CHARS + 20))
+def test_any_label_text_round_trips(text: str) -> None:
+    """Whatever a host calls its user, both exposition formats carry the label value whole, and
+    the value is the text itself where the text is short, printable and UTF-8."""
+    served = Exporter(StaticSource(HostSnapshot(HOST, NOW, GPUS, (GpuProcess(1, 0, 1.0, text),))))
+    served.poll_once()
+    value = label_value(text)
+    assert len(value) <= MAX_LABEL_CHARS and not UNSAFE.search(value)
+    printable = not UNSAFE.search(text) and not any("\ud800" <= c <= "\udfff" for c in text)
+    if printable and len(text) <= MAX_LABEL_CHARS:
+        assert value == text
+    for write, parse in (
+        (generate_latest, text_string_to_metric_families),
+        (openmetrics.generate_latest, openmetrics_families),
+    ):
+        families = {f.name: f.samples for f in parse(write(served.registry).decode())}
+        (sample,) = families["gpuconsole_process_memory_used_bytes"]
+        assert sample.labels["user"] == value
 
 
 # --- exposure: where it listens, and a burst of scrapers ------------------------------------------

@@ -167,7 +167,7 @@ def test_a_multi_gpu_job_has_one_process_per_gpu() -> None:
     by_command: dict[str, list[int]] = {}
     for p in snap.processes:
         by_command.setdefault(p.command or "", []).append(p.pid)
-    gangs = [pids for command, pids in by_command.items() if command.startswith(("torch", "deep"))]
+    gangs = [pids for command, pids in by_command.items() if command.startswith("python3 -u ")]
     assert gangs and all(len(pids) > 1 and len(set(pids)) == len(pids) for pids in gangs)
     assert all(p.user for p in snap.processes)
 

@@ -7,6 +7,12 @@ its error totals (ECC, remapped rows) as counters without the ``_total`` suffix 
 format expects; here they are gauges, which queries read the same way. And a reading the GPU
 does not report is left out rather than written as 0.
 
+Beside them, the console's own series: findings, host states, and the GPU processes of each host
+(``gpuconsole_process_*``), labelled with whose they are (user, Slurm job, pod, container) but
+never with their command lines, which are unbounded and may hold secrets. A process's series
+are its own (pids come and go), so each host gives series to at most `MAX_PROCESS_SERIES` of
+its processes, the most memory first, and label values are cut to `MAX_LABEL_CHARS`.
+
 Polling runs in its own thread into a fleet session without alert rules: Prometheus evaluates
 the console's rules itself (``gpuconsole rules export`` writes them) over the series served
 here. A scrape only formats what the session's store holds. Scrapes are served a thread each,
@@ -18,7 +24,8 @@ from __future__ import annotations
 import socket
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import make_wsgi_app
@@ -27,15 +34,102 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpuconsole.fleet import FleetSession
-from gpuconsole.model import GpuState, HostState
+from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, HostState
 from gpuconsole.poller import collect
 from gpuconsole.store import FleetStore
 from gpuconsole.telemetry import Source, dcgm
+from gpuconsole.untrusted import visible
 
 LISTEN_BACKLOG = 1024
 """Connections the kernel queues for the server before it accepts them. socketserver's default,
 5, overflowed under a burst of 200 scrapes (a connection without room waits for the kernel's SYN
 retry: 1 s, 3 s, 7 s ...); Linux caps the value at net.core.somaxconn (4096 since kernel 5.4)."""
+
+
+MAX_PROCESS_SERIES = 64
+"""Processes of one host given series, the most GPU memory first. Each process has series of its
+own, so a host running hundreds of small ones (a data loader's workers) must not flood
+Prometheus with series that live a minute; `HOST_PROCESSES_METRIC` says how many there were."""
+MAX_LABEL_CHARS = 128
+"""Label values a host chooses (user, job, pod and container names) are cut to this many
+characters: Kubernetes namespaces and container names have at most 63, a Deployment's pods
+fewer than 64, but a bare pod's name may have 253 and a Slurm job's name any number."""
+
+PROCESS_LABELS = (
+    dcgm.HOST_LABEL,
+    "gpu",
+    "pid",
+    "user",
+    "slurm_job_id",
+    "slurm_job_name",
+    "slurm_user",
+    "namespace",
+    "pod",
+    "container",
+)
+"""Every process series' labels, as `gpuconsole_findings` names the host and the GPU; a label that
+does not apply to a process (a bare process has no pod) is empty, which Prometheus reads as
+absent."""
+HOST_PROCESSES_METRIC = "gpuconsole_host_gpu_processes"
+
+
+class ProcessMetric(NamedTuple):
+    """One ``gpuconsole_process_*`` metric and the process reading it carries (None: left out)."""
+
+    name: str
+    help: str
+    value: Callable[[GpuProcess], float | None]
+
+
+def _memory_bytes(process: GpuProcess) -> float | None:
+    mib = process.used_memory_mib
+    return None if mib is None else mib * dcgm.MIB
+
+
+def _share(attribute: str) -> Callable[[GpuProcess], float | None]:
+    """A percentage of the process's load sample as a 0-1 ratio, Prometheus's base unit (as
+    dcgm-exporter 4.9's ``DCGM_FI_DEV_GPU_UTIL_RATIO``)."""
+
+    def ratio(process: GpuProcess) -> float | None:
+        pct = None if process.load is None else getattr(process.load, attribute)
+        return None if pct is None else pct / 100.0
+
+    return ratio
+
+
+PROCESS_METRICS: tuple[ProcessMetric, ...] = (
+    ProcessMetric(
+        "gpuconsole_process_memory_used_bytes",
+        "GPU memory the process holds (bytes).",
+        _memory_bytes,
+    ),
+    ProcessMetric(
+        "gpuconsole_process_sm_utilization_ratio",
+        "Share of the GPU's SM time the process used over NVML's last sample (0-1).",
+        _share("sm_pct"),
+    ),
+    ProcessMetric(
+        "gpuconsole_process_memory_utilization_ratio",
+        "Share of time the GPU's memory controller was busy for the process (0-1).",
+        _share("memory_pct"),
+    ),
+    ProcessMetric(
+        "gpuconsole_process_encoder_utilization_ratio",
+        "Share of the GPU's video encoder time the process used (0-1).",
+        _share("encoder_pct"),
+    ),
+    ProcessMetric(
+        "gpuconsole_process_decoder_utilization_ratio",
+        "Share of the GPU's video decoder time the process used (0-1).",
+        _share("decoder_pct"),
+    ),
+    ProcessMetric(
+        "gpuconsole_process_start_time_seconds",
+        "When the process started (Unix time, by the host's clock).",
+        lambda process: process.started,
+    ),
+)
+"""Every process metric the exporter writes, in the order it writes them."""
 
 
 class _MetricsServer(ThreadingWSGIServer):
@@ -65,6 +159,68 @@ def gpu_labels(host: str, gpu: GpuState) -> list[str]:
         gpu.name or "",
         host,
     ]
+
+
+def label_value(text: str | None) -> str:
+    """Text a host chose, as a label value: empty for None, control characters made visible as
+    everywhere else (`untrusted.visible`), cut to `MAX_LABEL_CHARS`, and a lone surrogate (JSON
+    can carry one) written as ``\\ud800``, since it has no UTF-8 and would fail the whole scrape.
+    prometheus_client escapes the backslash, the double quote and the newline as the exposition
+    format requires."""
+    if not text:
+        return ""
+    utf8 = text[: MAX_LABEL_CHARS + 1].encode("utf-8", "backslashreplace").decode("utf-8")
+    return visible(utf8, MAX_LABEL_CHARS)
+
+
+def process_labels(host: str, process: GpuProcess) -> list[str]:
+    """A process's label values, in `PROCESS_LABELS` order. Its container is the pod's container
+    in a pod, else the runtime's name for it, else the runtime's id."""
+    job, pod = process.job, process.pod
+    owner = (
+        process.user,
+        None if job is None else str(job.job_id),
+        None if job is None else job.name,
+        None if job is None else job.user,
+        None if pod is None else pod.namespace,
+        None if pod is None else pod.name,
+        pod.container if pod is not None else process.container_name or process.container,
+    )
+    return [host, str(process.gpu), str(process.pid), *map(label_value, owner)]
+
+
+def _by_memory(process: GpuProcess) -> tuple[bool, float, int, int]:
+    """The most memory first, unknown memory last; then by GPU and pid, so that a scrape keeps
+    the same processes as the last one did when their memory is equal."""
+    mib = process.used_memory_mib
+    return (mib is None, -(mib or 0.0), process.gpu, process.pid)
+
+
+def exported_processes(processes: Iterable[GpuProcess]) -> list[GpuProcess]:
+    """The processes given series: at most `MAX_PROCESS_SERIES`, the most memory first, each GPU
+    and pid once (NVML lists a process that computes and draws twice, once each way; Prometheus
+    would drop one of two samples with one label set as a duplicate)."""
+    kept: dict[tuple[int, int], GpuProcess] = {}
+    for process in sorted(processes, key=_by_memory):
+        if len(kept) == MAX_PROCESS_SERIES:
+            break
+        kept.setdefault((process.gpu, process.pid), process)
+    return list(kept.values())
+
+
+def process_families() -> list[GaugeMetricFamily]:
+    """An empty family for each of `PROCESS_METRICS`, in its order."""
+    return [GaugeMetricFamily(m.name, m.help, labels=PROCESS_LABELS) for m in PROCESS_METRICS]
+
+
+def add_processes(families: Sequence[GaugeMetricFamily], host: str, snapshot: HostSnapshot) -> None:
+    """The exported processes of ``snapshot`` into ``families`` (from `process_families`)."""
+    for process in exported_processes(snapshot.processes):
+        labels = process_labels(host, process)
+        for metric, family in zip(PROCESS_METRICS, families, strict=True):
+            value = metric.value(process)
+            if value is not None:
+                family.add_metric(labels, value)
 
 
 class FleetCollector(Collector):
@@ -104,6 +260,13 @@ class FleetCollector(Collector):
             "When the host's latest reading was taken (Unix time).",
             labels=(dcgm.HOST_LABEL,),
         )
+        processes = process_families()
+        host_processes = GaugeMetricFamily(
+            HOST_PROCESSES_METRIC,
+            "GPU processes the host reports, one per process and GPU; the gpuconsole_process_* "
+            f"series cover at most {MAX_PROCESS_SERIES} of them, the most memory first.",
+            labels=(dcgm.HOST_LABEL,),
+        )
         for host, status, snapshot, host_findings in rows:
             for state in HostState:
                 states.add_metric([host, state.value], float(state is status.state))
@@ -121,8 +284,12 @@ class FleetCollector(Collector):
                     value = metric.value(gpu)
                     if value is not None:
                         families[metric.name].add_metric(labels, value)
+            add_processes(processes, host, snapshot)
+            host_processes.add_metric([host], len(snapshot.processes))
         yield from families.values()
         yield from (xid, findings, states, last)
+        yield from processes
+        yield host_processes
 
 
 class Exporter:

@@ -32,8 +32,11 @@ from gpuconsole.model import (
     GpuProcess,
     GpuState,
     HostSnapshot,
+    KubePod,
     PcieLink,
+    ProcessLoad,
     RowRemap,
+    SchedulerNode,
     SlurmJob,
     Topology,
     XidEvent,
@@ -287,6 +290,8 @@ class _Job:
     memory_util_pct: float
     slurm: SlurmJob | None
     """The Slurm job it runs as, where it is not in a container (its start filled in on use)."""
+    pod: KubePod | None
+    """The Kubernetes pod it runs in, where it runs in a container."""
 
 
 def _iso(t: float) -> str:
@@ -310,6 +315,41 @@ def _slurm_job(key: str, user: str, command: str) -> SlurmJob | None:
         rng.choice(("1-00:00:00", "2-00:00:00", "12:00:00")),
         "RUNNING",
     )
+
+
+def _pod(key: str, user: str, command: str) -> KubePod | None:
+    """The pod of a job in a container, from a random stream of its own like `_slurm_job`."""
+    if user not in _CONTAINER_USERS:
+        return None
+    rng = random.Random(f"{key}:pod")
+    script = next((w for w in command.split() if w.endswith(".py")), "job.py")
+    uid = "-".join(f"{rng.getrandbits(bits):0{bits // 4}x}" for bits in (32, 16, 16, 16, 48))
+    name = f"{script.removesuffix('.py')}-{rng.getrandbits(20):05x}"
+    return KubePod(uid, user, name, "trainer")
+
+
+def worker_command(command: str) -> str:
+    """What a launcher's worker runs as (its own argv): torchrun and deepspeed start
+    ``python3 -u SCRIPT ARGS`` on each GPU; a plain command is its own."""
+    words = command.split()
+    script = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
+    if script is None or words[0] not in ("torchrun", "deepspeed"):
+        return command
+    return " ".join(["python3", "-u", *words[script:]])
+
+
+_STUCK_AGE_S = 3 * 86_400
+"""How long before the simulation began the forgotten notebook kernel started."""
+
+
+def _loaded(process: GpuProcess, gpu: GpuState) -> GpuProcess:
+    """The process with its share of its GPU: the GPU's whole load, the only process on it."""
+    load = ProcessLoad(gpu.utilization_pct, gpu.memory_utilization_pct, 0.0, 0.0)
+    return dataclasses.replace(process, load=load)
+
+
+_INFER_POD = KubePod("5f1c2e9a-7b3d-4c8e-9a61-2d4f8b0c7e13", "infer", "llama-13b-7d9f5", "server")
+"""The leaking inference server's pod."""
 
 
 class _Lane:
@@ -354,6 +394,7 @@ class _Lane:
             eval_s=rng.randint(6, 20),
             memory_util_pct=rng.uniform(18.0, 60.0),
             slurm=_slurm_job(f"{self._key}:job{len(self._jobs)}", user, command),
+            pod=_pod(f"{self._key}:job{len(self._jobs)}", user, command),
         )
 
 
@@ -534,8 +575,9 @@ class _HostSim:
         gpus, processes = [], []
         for g, drive in enumerate(cache.drives):
             procs = () if drive is None else self._processes(g, step, drive)
-            processes.extend(procs)
-            gpus.append(self._gpu_state(g, step, drive, cache.temps[g], procs))
+            gpu = self._gpu_state(g, step, drive, cache.temps[g], procs)
+            processes.extend(_loaded(p, gpu) for p in procs)
+            gpus.append(gpu)
         prof = self.profile
         return HostSnapshot(
             host=self.name,
@@ -547,7 +589,15 @@ class _HostSim:
             cuda_version=prof.cuda_version,
             xid_events=self._xid_events(step),
             source="sim",
+            node=self._node(step),
         )
+
+    def _node(self, step: int) -> SchedulerNode:
+        """The host's Slurm node (pods run beside Slurm's jobs, as on a shared rack): drained
+        once a GPU has fallen off the bus, as an admin on call would have it."""
+        if any(lost <= step for lost in self._lost.values()):
+            return SchedulerNode("slurm", self.name, "IDLE+DRAIN", "GPU fell off the bus")
+        return SchedulerNode("slurm", self.name, "MIXED")
 
     def _advance(self, step: int) -> _Cache:
         """Integrate from the cached step (or from the epoch, when asked for an earlier one)."""
@@ -656,17 +706,39 @@ class _HostSim:
             ramp = min(1.0, (step - job.start + 1) / job.ramp_s)
             pid = job.pid + 1 + rank if gang else job.pid
             used = float(round(plateau * ramp))
-            slurm = job.slurm and dataclasses.replace(
-                job.slurm, start=_iso(self._epoch + job.start)
-            )
+            started = self._epoch + job.start
+            slurm = job.slurm and dataclasses.replace(job.slurm, start=_iso(started))
+            command = worker_command(job.command) if gang else job.command
             return (
-                GpuProcess(pid, g, used, job.user, job.command, container=job.container, job=slurm),
+                GpuProcess(
+                    pid,
+                    g,
+                    used,
+                    job.user,
+                    command,
+                    container=job.container,
+                    job=slurm,
+                    pod=job.pod,
+                    started=started,
+                ),
             )
         if activity.kind == _LEAK:
             used = float(round(self._leak_base + _LEAK_MIB_PER_S * activity.age))
             command = "python serve.py --model llama-2-13b --port 8000"
             pid = _pid(f"{self._key}:{g}:leak:{activity.cycle}")
-            return (GpuProcess(pid, g, used, "svc-infer", command, container="infer-llama13b"),)
+            started = self._epoch + step - activity.age
+            return (
+                GpuProcess(
+                    pid,
+                    g,
+                    used,
+                    "svc-infer",
+                    command,
+                    container="infer-llama13b",
+                    pod=_INFER_POD,
+                    started=started,
+                ),
+            )
         if activity.kind == _STUCK:
             kernel = _digest(f"{self._key}:{g}:kernel", 4)
             command = (
@@ -674,7 +746,8 @@ class _HostSim:
                 f"/home/carol/.local/share/jupyter/runtime/kernel-{kernel}.json"
             )
             pid = _pid(f"{self._key}:{g}:stuck")
-            return (GpuProcess(pid, g, float(round(_STUCK_FRACTION * total)), "carol", command),)
+            used = float(round(_STUCK_FRACTION * total))
+            return (GpuProcess(pid, g, used, "carol", command, started=self._epoch - _STUCK_AGE_S),)
         return ()
 
     def _gpu_state(
