@@ -21,9 +21,12 @@ from gpuconsole.model import (
     GpuState,
     HostSnapshot,
     HostState,
+    KubePod,
     MigInstance,
     PcieLink,
+    ProcessLoad,
     RowRemap,
+    SchedulerNode,
     Severity,
     SlurmJob,
     Topology,
@@ -31,7 +34,7 @@ from gpuconsole.model import (
 )
 from gpuconsole.record import codec
 from gpuconsole.record.reader import Recording
-from gpuconsole.record.recorder import Recorder
+from gpuconsole.record.recorder import Recorder, Tick
 from gpuconsole.record.schema import RecordingError
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 
@@ -81,6 +84,18 @@ def full_snapshot(t: float, **changes: object) -> HostSnapshot:
                     "1-00:00:00",
                     "RUNNING",
                 ),
+                started=t - 3600.5,
+                load=ProcessLoad(87.0, 41.0, 0.0, None),
+            ),
+            GpuProcess(
+                5252,
+                0,
+                None,
+                "root",
+                "python3 serve.py",
+                container="k8s-pod:5f1c2e9a-7b3d-4c8e-9a61-2d4f8b0c7e13/containerd:0123456789ab",
+                pod=KubePod("5f1c2e9a-7b3d-4c8e-9a61-2d4f8b0c7e13", "infer", "llama", "server"),
+                container_name="server",
             ),
         ),
         topology=Topology((("X", "NV18"), ("NV18", "X")), ("0-55", None), (0, None)),
@@ -88,6 +103,7 @@ def full_snapshot(t: float, **changes: object) -> HostSnapshot:
         cuda_version="12.8",
         xid_events=(XidEvent(79, 1, t - 5.5, "GPU has fallen off the bus."),),
         source="nvml",
+        node=SchedulerNode("slurm", "n1", "MIXED+DRAIN", "bad GPU 1"),
     )
     return dataclasses.replace(snapshot, **changes)  # type: ignore[arg-type]
 
@@ -127,6 +143,16 @@ def test_a_whole_float_comes_back_a_float_and_missing_stays_none() -> None:
     assert isinstance(gpu.temperature_c, float) and gpu.temperature_c == 61.0
     assert gpu.fan_pct is None and back.gpus[1].utilization_pct is None
     assert back.gpus[0].ecc == EccCounts(0, 0, 3, None)
+
+
+def test_a_drained_node_and_its_return_are_recorded_in_deltas() -> None:
+    encoder = codec.HostEncoder(keyframe_every_s=60)
+    drained = full_snapshot(START)
+    resumed = full_snapshot(START + 1, node=SchedulerNode("slurm", "n1", "MIXED"))
+    unknown = full_snapshot(START + 2, node=None)
+    rows = [encoder.encode(s) for s in (drained, resumed, unknown)]
+    assert [r.is_keyframe for r in rows] == [True, False, False]
+    assert [s.node for s in decode(rows)] == [drained.node, resumed.node, None]
 
 
 def test_a_new_keyframe_when_the_gpus_change_or_a_minute_passed() -> None:
@@ -181,6 +207,21 @@ def record_incident(
         recorder.close()
     assert problem is None
     return fault_time, ["signal-process"]
+
+
+def test_a_reading_the_writer_cannot_encode_stops_recording_with_a_reason(tmp_path: Path) -> None:
+    """A bug in encoding must not leave the headless loop waiting for the writer forever."""
+    path = tmp_path / "r.gpurec"
+    recorder = Recorder(path)
+    stop = threading.Event()
+    try:
+        unencodable = full_snapshot(START, source=object())
+        assert recorder.take(Tick(START, (unencodable,)), stop)
+        assert not recorder.take(Tick(START + 1, (full_snapshot(START + 1),)), stop)
+    finally:
+        recorder.close()
+    assert recorder.error is not None
+    assert recorder.error.startswith(f"{path}: recording stopped: TypeError: ")
 
 
 @pytest.fixture

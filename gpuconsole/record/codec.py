@@ -24,9 +24,12 @@ from gpuconsole.model import (
     GpuProcess,
     GpuState,
     HostSnapshot,
+    KubePod,
     MigInstance,
     PcieLink,
+    ProcessLoad,
     RowRemap,
+    SchedulerNode,
     SlurmJob,
     Topology,
     XidEvent,
@@ -42,8 +45,11 @@ _CLASSES: tuple[type, ...] = (
     PcieLink,
     MigInstance,
     SlurmJob,
+    KubePod,
+    ProcessLoad,
     GpuProcess,
     XidEvent,
+    SchedulerNode,
 )
 _NAMES: dict[type, tuple[str, ...]] = {
     cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in _CLASSES
@@ -112,6 +118,7 @@ _HEADER = (
     ("x", "xid_events"),
     ("b", "bad_values"),
     ("n", "bad_value_notes"),
+    ("o", "node"),
 )
 
 
@@ -334,6 +341,7 @@ class Decoder:
             source=raw.get("s") or "recording",
             bad_values=raw.get("b", 0),
             bad_value_notes=tuple(_items(raw.get("n"), "bad-value notes")),
+            node=self._node(raw.get("o")),
         )
 
     def delta(self, base: HostSnapshot, t: int, data: bytes) -> HostSnapshot:
@@ -362,6 +370,7 @@ class Decoder:
             bad_value_notes=tuple(_items(raw["n"], "bad-value notes"))
             if "n" in raw
             else base.bad_value_notes,
+            node=self._node(raw["o"]) if "o" in raw else base.node,
         )
 
     def _changed(self, state: GpuState, changes: list[Any]) -> GpuState:
@@ -384,6 +393,9 @@ class Decoder:
 
     def _processes(self, values: Any) -> tuple[GpuProcess, ...]:
         return tuple(self._builders[GpuProcess](p) for p in _items(values, "processes"))
+
+    def _node(self, value: Any) -> SchedulerNode | None:
+        return None if value is None else self._builders[SchedulerNode](value)
 
     def _xids(self, values: Any) -> tuple[XidEvent, ...]:
         return tuple(self._builders[XidEvent](x) for x in _items(values, "XID events"))

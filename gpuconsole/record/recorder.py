@@ -431,8 +431,10 @@ class Recorder:
                 since = time.monotonic() - last_maintenance
                 if now is not None and since >= self._maintain_every_s:
                     last_maintenance = self._maintain(now, deadline)
-        except (sqlite3.Error, OSError) as error:
-            self.error = f"{self.path}: recording stopped: {error}"
+        except Exception as error:  # a full disk, or a bug: stop with a reason, never hang `take`
+            known = isinstance(error, (sqlite3.Error, OSError))
+            why = str(error) if known else f"{type(error).__name__}: {error}"
+            self.error = f"{self.path}: recording stopped: {why}"
             with contextlib.suppress(sqlite3.Error):
                 self._connection.rollback()
 
