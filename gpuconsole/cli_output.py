@@ -37,10 +37,16 @@ def snapshot_text(snapshot: HostSnapshot) -> str:
             f"SM {_value(g.sm_clock_mhz, '.0f', ' MHz')}  {g.pstate or 'N/A'}"
         )
     for p in snapshot.processes:
-        lines.append(
-            f"  pid {p.pid} on GPU {p.gpu}: {_value(p.used_memory_mib, '.0f', ' MiB')} "
-            f"{p.user or 'N/A'} {p.command or ''}".rstrip()
-        )
+        facts = [f"{_value(p.used_memory_mib, '.0f', ' MiB')} {p.user or 'N/A'}"]
+        if p.load is not None:
+            facts.append(f"SM {_value(p.load.sm_pct, '.0f', '%')}")
+        if p.owner_described:
+            facts.append(p.owner_described)
+        command = f": {p.command}" if p.command else ""
+        lines.append(f"  pid {p.pid} on GPU {p.gpu}: {', '.join(facts)}{command}")
+    if snapshot.node is not None:
+        node = snapshot.node
+        lines.append(f"  {node.scheduler} node {node.name}: {node.described}")
     return "\n".join(lines)
 
 

@@ -589,15 +589,17 @@ class _HostSim:
             cuda_version=prof.cuda_version,
             xid_events=self._xid_events(step),
             source="sim",
-            node=self._node(step),
+            node=self._node(step, busy=bool(processes)),
         )
 
-    def _node(self, step: int) -> SchedulerNode:
+    def _node(self, step: int, busy: bool) -> SchedulerNode:
         """The host's Slurm node (pods run beside Slurm's jobs, as on a shared rack): drained
-        once a GPU has fallen off the bus, as an admin on call would have it."""
+        once a GPU has fallen off the bus, as an admin on call would have it; running jobs
+        (MIXED), draining until they end, or IDLE."""
+        state = "MIXED" if busy else "IDLE"
         if any(lost <= step for lost in self._lost.values()):
-            return SchedulerNode("slurm", self.name, "IDLE+DRAIN", "GPU fell off the bus")
-        return SchedulerNode("slurm", self.name, "MIXED")
+            return SchedulerNode("slurm", self.name, f"{state}+DRAIN", "GPU fell off the bus")
+        return SchedulerNode("slurm", self.name, state)
 
     def _advance(self, step: int) -> _Cache:
         """Integrate from the cached step (or from the epoch, when asked for an earlier one)."""
