@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from textual.driver import Driver
     from textual.screen import Screen
 
+    from gpuconsole.actions.service import Change
     from gpuconsole.record.recorder import Recorder
 
 
@@ -266,6 +267,29 @@ class GpuConsoleApp(App[None]):
             )
             return
         self.push_screen(RepairScreen(target))
+
+    def service(self, host: str, change: Change) -> None:
+        """Take ``host``'s node out of its scheduler (after asking why) or bring it back, in the
+        service panel, if it can be reached."""
+        from gpuconsole.actions.service import DRAIN
+        from gpuconsole.screens.service import ReasonScreen, ServiceScreen
+
+        target = self.targets.verify_target(host) if self.targets else None
+        if target is None:
+            self.notify(
+                f"nothing to {change}: a simulated host has no scheduler to take it out of",
+                severity="warning",
+            )
+            return
+        if change != DRAIN:
+            self.push_screen(ServiceScreen(target, change))
+            return
+
+        def answered(reason: str | None) -> None:
+            if reason is not None:
+                self.push_screen(ServiceScreen(target, change, reason))
+
+        self.push_screen(ReasonScreen(host), answered)
 
     def memory_trials(self, host: str) -> None:
         """Ask, then try each memory fix of the default job on ``host`` in the memory panel."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gpuconsole.model import HostState, Severity
+from gpuconsole.model import GpuProcess, HostState, Severity
 from gpuconsole.store import FleetStore
 from gpuconsole.summary import summarize
 
@@ -64,7 +64,8 @@ def sort_hosts(store: FleetStore, hosts: Iterable[str], by: str) -> list[str]:
 
 
 def host_matches(store: FleetStore, host: str, text: str) -> bool:
-    """Whether a filter string matches the host's name, state, GPU model or a finding."""
+    """Whether a filter string matches the host's name, state, GPU model, a finding, the owner
+    or user of one of its processes, or its scheduler node's state and reason (``drain``)."""
     if not text:
         return True
     needle = text.lower()
@@ -72,5 +73,18 @@ def host_matches(store: FleetStore, host: str, text: str) -> bool:
     snapshot = store.latest(host)
     if snapshot is not None:
         haystack.extend(g.name or "" for g in snapshot.gpus)
+        haystack.extend(f"{p.owner or ''} {p.user or ''}" for p in snapshot.processes)
+        if snapshot.node is not None:
+            haystack.append(f"{snapshot.node.state} {snapshot.node.reason or ''}")
     haystack.extend(f"{f.code} {f.message}" for f in store.findings(host))
     return any(needle in item.lower() for item in haystack)
+
+
+def owners(processes: Iterable[GpuProcess]) -> list[str]:
+    """Whose work these processes are (`GpuProcess.owner`), each once: the owner on the most
+    GPUs first, equals in the order they come; a process with no owner is left out."""
+    gpus: dict[str, set[int]] = {}
+    for process in processes:
+        if process.owner:
+            gpus.setdefault(process.owner, set()).add(process.gpu)
+    return sorted(gpus, key=lambda owner: -len(gpus[owner]))

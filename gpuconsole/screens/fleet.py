@@ -9,8 +9,16 @@ from textual.binding import Binding
 from textual.events import Resize
 from textual.widgets import DataTable, Footer, Input
 
-from gpuconsole.fleet_view import SORT_KEYS, host_matches, sort_hosts
-from gpuconsole.model import Finding, GpuState, HostState, Severity, worst
+from gpuconsole.fleet_view import SORT_KEYS, host_matches, owners, sort_hosts
+from gpuconsole.model import (
+    Finding,
+    GpuProcess,
+    GpuState,
+    HostSnapshot,
+    HostState,
+    Severity,
+    worst,
+)
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.summary import short_model, summarize
 from gpuconsole.widgets import cells
@@ -37,6 +45,10 @@ _FIXED_NARROW = (
 )
 _MIN_PROBLEM_WIDTH = 20
 _MESSAGE_FROM = 40  # below this width the problem column names the finding's code
+_JOBS = ColumnSpec("jobs", "Jobs", 24)
+"""Whose work runs on the host: shown only where the problem keeps its message beside it."""
+_DRAIN = "drain"
+"""A live host whose scheduler node is out of service (drained, or draining) says so."""
 
 _STATE_STYLE = {
     HostState.LIVE: "severity-info",
@@ -90,7 +102,7 @@ class FleetScreen(ConsoleScreen):
             "filter",
             "Filter",
             id="fleet.filter",
-            tooltip="by host, state, GPU model or problem",
+            tooltip="by host, state, GPU model, problem, job, pod or user",
         ),
         Binding("t", "topology", "Topology", id="fleet.topology", tooltip="how its GPUs connect"),
         Binding(
@@ -117,12 +129,13 @@ class FleetScreen(ConsoleScreen):
         self.filter_text = ""
         self.expanded: set[str] = set()
         self._wide: bool | None = None
+        self._jobs_shown = False
         self._problem_width = _MIN_PROBLEM_WIDTH
 
     def compose(self) -> ComposeResult:
         yield self.title_bar()
         yield KeyedTable(id="fleet")
-        yield Input(placeholder="filter: host, state, model or problem", id="filter")
+        yield Input(placeholder="filter: host, state, model, problem, job or user", id="filter")
         yield Footer()
 
     def where(self) -> str:
@@ -146,7 +159,12 @@ class FleetScreen(ConsoleScreen):
         wide = width >= WIDE_FROM
         fixed = _FIXED_WIDE if wide else _FIXED_NARROW
         used = sum((spec.width or 0) + 2 for spec in fixed) + 2
-        self._problem_width = max(_MIN_PROBLEM_WIDTH, width - used - 2)
+        room = width - used - 2
+        jobs_width = (_JOBS.width or 0) + 2
+        self._jobs_shown = room - jobs_width >= _MESSAGE_FROM
+        if self._jobs_shown:
+            fixed, room = (*fixed, _JOBS), room - jobs_width
+        self._problem_width = max(_MIN_PROBLEM_WIDTH, room)
         problem = ColumnSpec("problem", "Worst problem", self._problem_width)
         self.table.set_columns((*fixed, problem))
         self._wide = wide
@@ -171,13 +189,13 @@ class FleetScreen(ConsoleScreen):
         snapshot = self.store.latest(host)
         glyph = "▾ " if host in self.expanded else "▸ "
         name = Text.assemble(glyph, (host, "bold"))
-        state_word = _STATE_SHORT.get(status.state, status.state.value)
-        state = Text(state_word, style=palette[_STATE_STYLE[status.state]])
+        state = self._state(status.state, snapshot)
         problem = self._problem(self.store.findings(host))
         if snapshot is None:
             blank = cells.na()
-            middle = (blank,) * (5 if self._wide else 4)
+            middle = (blank,) * ((5 if self._wide else 4) + (1 if self._jobs_shown else 0))
             return (name, state, *middle, problem)
+        jobs = self._jobs(snapshot.processes)
         s = summarize(snapshot)
         if self._wide:
             lost = f" ({s.lost_gpus} lost)" if s.lost_gpus else ""
@@ -200,6 +218,7 @@ class FleetScreen(ConsoleScreen):
                 cells.memory(s.memory_used_mib, s.memory_total_mib, palette),
                 temp,
                 cells.kilowatts(s.power_w, s.power_limit_w),
+                *jobs,
                 problem,
             )
         return (
@@ -209,14 +228,40 @@ class FleetScreen(ConsoleScreen):
             cells.memory_percent(s.memory_used_mib, s.memory_total_mib, palette),
             cells.temperature(s.hottest_c, palette),
             cells.power_percent(s.power_w, s.power_limit_w),
+            *jobs,
             problem,
         )
+
+    def _state(self, state: HostState, snapshot: HostSnapshot | None) -> Text:
+        """The host's reading stream's state; a live host out of its scheduler's service
+        (drained or draining) reads `_DRAIN` instead, the host screen saying why."""
+        node = snapshot.node if snapshot is not None else None
+        if state is HostState.LIVE and node is not None and node.out_of_service:
+            return Text(_DRAIN, style=f"bold {self.palette['severity-warning']}")
+        word = _STATE_SHORT.get(state, state.value)
+        return Text(word, style=self.palette[_STATE_STYLE[state]])
+
+    def _jobs(self, processes: tuple[GpuProcess, ...]) -> tuple[Text, ...]:
+        """The jobs column's cell, when it is shown: the owner on the most GPUs and how many
+        others there are; "—" where nothing runs, N/A where no process has a known owner."""
+        if not self._jobs_shown:
+            return ()
+        if not processes:
+            return (Text("—", style="dim"),)
+        found = owners(processes)
+        if not found:
+            return (cells.na(),)
+        more = f" +{len(found) - 1}" if len(found) > 1 else ""
+        first = cells.fit(found[0], (_JOBS.width or 0) - len(more))
+        return (Text.assemble(first, (more, "dim")),)
 
     def _gpu_cells(self, host: str, gpu: GpuState, last: bool) -> Cells:
         palette = self.palette
         name = Text(f"  {'└' if last else '├'} GPU {gpu.index}", style="dim")
         state = Text("lost", style=palette["severity-critical"]) if gpu.lost else Text("")
         problem = self._problem(self.store.gpu_findings(host, gpu.index))
+        snapshot = self.store.latest(host)
+        jobs = self._jobs(snapshot.processes_on(gpu.index) if snapshot is not None else ())
         if self._wide:
             return (
                 name,
@@ -226,6 +271,7 @@ class FleetScreen(ConsoleScreen):
                 cells.memory(gpu.memory_used_mib, gpu.memory_total_mib, palette),
                 cells.temperature(gpu.temperature_c, palette),
                 cells.power(gpu.power_w, gpu.power_limit_w),
+                *jobs,
                 problem,
             )
         return (
@@ -235,6 +281,7 @@ class FleetScreen(ConsoleScreen):
             cells.memory_percent(gpu.memory_used_mib, gpu.memory_total_mib, palette),
             cells.temperature(gpu.temperature_c, palette),
             cells.power_percent(gpu.power_w, gpu.power_limit_w),
+            *jobs,
             problem,
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on, work
@@ -14,7 +15,14 @@ from textual.events import Resize
 from textual.widgets import DataTable, Footer
 
 from gpuconsole.actions.processes import ProcessSignals, describe, signal_process
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, HostState, MigInstance
+from gpuconsole.model import (
+    GpuProcess,
+    GpuState,
+    HostSnapshot,
+    HostState,
+    MigInstance,
+    ProcessLoad,
+)
 from gpuconsole.screens.base import ConsoleScreen
 from gpuconsole.screens.confirm import ConfirmScreen
 from gpuconsole.summary import short_model
@@ -22,6 +30,9 @@ from gpuconsole.widgets import cells
 from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
 from gpuconsole.widgets.steady import Steady
 from gpuconsole.widgets.trend import sparkline
+
+if TYPE_CHECKING:
+    from gpuconsole.actions.service import Change
 
 WIDE_FROM = 112
 _GPU_WIDE = (
@@ -48,14 +59,43 @@ _GPU_NARROW = (
     ColumnSpec("throttle", "Throttle", 10),
     ColumnSpec("pcie", "PCIe", 5),
 )
-_PROCESS_COLUMNS = (
+# The process list's columns by priority: the narrow form keeps who owns a process and how hard it
+# drives its GPU, and gives the command what is left; the wide one adds the memory controller's
+# share, the age, and the video engines' where a process on the host uses them.
+_PROCESS_HEAD = (
     ColumnSpec("gpu", "GPU", 3),
-    ColumnSpec("pid", "PID", 8),
-    ColumnSpec("user", "User", 10),
-    ColumnSpec("memory", "Memory", 8),
-    ColumnSpec("owner", "Owner", 18),
-    ColumnSpec("command", "Command", None),
+    ColumnSpec("pid", "PID", 7),
+    ColumnSpec("user", "User", 9),
+    ColumnSpec("sm", "SM%", 4),
 )
+_PROCESS_WIDE = (ColumnSpec("membw", "MemBW", 5),)
+_PROCESS_VIDEO = (ColumnSpec("enc", "Enc%", 4), ColumnSpec("dec", "Dec%", 4))
+_PROCESS_MEMORY = ColumnSpec("memory", "Memory", 7)
+_PROCESS_AGE = ColumnSpec("age", "Age", 6)
+_OWNER_WIDTH = (16, 28)
+"""The owner column's least and most cells; between them it takes 2/5 of what the fixed
+columns leave, the command the rest."""
+_SCROLLBAR = 2
+"""Kept free for the list's scroll bar, so that the command's ellipsis is never clipped."""
+
+
+def process_columns(width: int, video: bool) -> tuple[ColumnSpec, ...]:
+    """The process list's columns on a screen ``width`` cells wide; ``video``: some process on
+    the host uses the encoder or decoder."""
+    wide = width >= WIDE_FROM
+    fixed = [*_PROCESS_HEAD]
+    if wide:
+        fixed += [*_PROCESS_WIDE, *(_PROCESS_VIDEO if video else ()), _PROCESS_MEMORY, _PROCESS_AGE]
+    else:
+        fixed.append(_PROCESS_MEMORY)
+    padding = 2 * (len(fixed) + 2)  # DataTable pads each cell by one on either side
+    left = width - sum(spec.width or 0 for spec in fixed) - padding - _SCROLLBAR
+    least, most = _OWNER_WIDTH
+    owner = min(max(left * 2 // 5, least), most)
+    command = max(left - owner, len("Command"))
+    return (*fixed, ColumnSpec("owner", "Owner", owner), ColumnSpec("command", "Command", command))
+
+
 _TREND_LABEL_WIDTH = 18  # "GPU 7 power " before the line, " 700W" after it
 # (field, label, unit, low, high): fixed scales, so a shape means the same on every GPU; power
 # is scaled to the GPU's own limit.
@@ -68,6 +108,12 @@ _TRENDS = (
 
 def _process_key(process: GpuProcess) -> str:
     return f"{process.gpu}/{process.pid}"
+
+
+def _uses_video(snapshot: HostSnapshot | None) -> bool:
+    """Whether some process on the host uses the GPU's encoder or decoder now."""
+    loads = (p.load for p in snapshot.processes) if snapshot is not None else ()
+    return any(load is not None and (load.encoder_pct or load.decoder_pct) for load in loads)
 
 
 class HostScreen(ConsoleScreen):
@@ -122,6 +168,23 @@ class HostScreen(ConsoleScreen):
             tooltip="write an incident bundle for a ticket: readings, findings, nvidia-smi -q, "
             "kernel log, verification, actions",
         ),
+        Binding(
+            "D",
+            "service('drain')",
+            "Drain",
+            id="host.drain",
+            tooltip="take the host's node out of its scheduler (Slurm drain, kubectl cordon): "
+            "asks why, shows the command, asks first",
+        ),
+        Binding(
+            "U",
+            "service('resume')",
+            "Resume",
+            id="host.resume",
+            show=False,
+            tooltip="bring the host's node back into its scheduler (Slurm resume, kubectl "
+            "uncordon); shows the command, asks first",
+        ),
         Binding("left_square_bracket", "other_host(-1)", "Prev host", id="host.prev"),
         Binding("right_square_bracket", "other_host(1)", "Next host", id="host.next"),
         Binding(
@@ -171,8 +234,6 @@ class HostScreen(ConsoleScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        processes = self.query_one("#processes", KeyedTable)
-        processes.set_columns(_PROCESS_COLUMNS)
         super().on_mount()
         if self._initial_gpu is not None:
             gpus = self.query_one("#gpus", KeyedTable)
@@ -200,7 +261,10 @@ class HostScreen(ConsoleScreen):
         snapshot = self.store.latest(self.host)
         self.query_one("#host-info", Steady).show(self._info(snapshot))
         gpus.sync(self._gpu_rows())
-        self.query_one("#processes", KeyedTable).sync(self._process_rows(snapshot))
+        processes = self.query_one("#processes", KeyedTable)
+        columns = process_columns(self.size.width or 80, _uses_video(snapshot))
+        processes.set_columns(columns)
+        processes.sync(self._process_rows(snapshot, columns))
         self._show_trends()
         self._show_findings()
 
@@ -218,6 +282,10 @@ class HostScreen(ConsoleScreen):
         if status.state is not HostState.LIVE:  # live: the reading is this tick's
             stamp = time.strftime("%H:%M:%S", time.gmtime(snapshot.time))
             line.append(f"  ·  last read {stamp} UTC", style="dim")
+        node = snapshot.node
+        if node is not None and node.out_of_service:  # in service is the usual: not worth a line
+            warning = f"bold {self.palette['severity-warning']}"
+            line.append(f"\n{node.scheduler} node {node.name} {node.described}", style=warning)
         return line
 
     def _gpu_rows(self) -> list[tuple[str, Cells]]:
@@ -289,30 +357,34 @@ class HostScreen(ConsoleScreen):
             cells.pcie(gpu.pcie, palette, compact=True),
         )
 
-    def _process_rows(self, snapshot: HostSnapshot | None) -> list[tuple[str, Cells]]:
+    def _process_rows(
+        self, snapshot: HostSnapshot | None, columns: tuple[ColumnSpec, ...]
+    ) -> list[tuple[str, Cells]]:
         if snapshot is None:
             return []
-        rows = []
-        for p in sorted(snapshot.processes, key=lambda p: (p.gpu, -(p.used_memory_mib or 0))):
-            memory = (
-                cells.na()
-                if p.used_memory_mib is None
-                else Text(f"{cells.gib(p.used_memory_mib)} GiB")
-            )
-            rows.append(
-                (
-                    _process_key(p),
-                    (
-                        Text(str(p.gpu)),
-                        Text(str(p.pid)),
-                        cells.text(p.user),
-                        memory,
-                        cells.text(p.owner),
-                        cells.text(p.command),
-                    ),
-                )
-            )
-        return rows
+        ordered = sorted(snapshot.processes, key=lambda p: (p.gpu, -(p.used_memory_mib or 0)))
+        return [(_process_key(p), self._process_cells(p, snapshot.time, columns)) for p in ordered]
+
+    def _process_cells(self, p: GpuProcess, now: float, columns: tuple[ColumnSpec, ...]) -> Cells:
+        load = p.load or ProcessLoad()
+        width = {spec.key: spec.width for spec in columns}
+        memory = (
+            cells.na() if p.used_memory_mib is None else Text(f"{cells.gib(p.used_memory_mib)} GiB")
+        )
+        shown = {
+            "gpu": Text(str(p.gpu)),
+            "pid": Text(str(p.pid)),
+            "user": cells.text(p.user, width["user"]),
+            "sm": cells.percent(load.sm_pct, self.palette),
+            "membw": cells.share(load.memory_pct),
+            "enc": cells.share(load.encoder_pct),
+            "dec": cells.share(load.decoder_pct),
+            "memory": memory,
+            "age": cells.age(None if p.started is None else now - p.started),
+            "owner": cells.text(p.owner, width["owner"]),
+            "command": cells.text(p.command, width["command"]),
+        }
+        return tuple(shown[spec.key] for spec in columns)
 
     def _show_trends(self) -> None:
         gpu = self.selected_gpu
@@ -426,6 +498,9 @@ class HostScreen(ConsoleScreen):
 
     def action_bundle(self) -> None:
         self.console.bundle(self.host)
+
+    def action_service(self, change: Change) -> None:
+        self.console.service(self.host, change)
 
     def action_other_host(self, step: int) -> None:
         hosts = self.store.hosts

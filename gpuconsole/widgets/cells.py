@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 from gpuconsole.limits import MEMORY_FULL_FRACTION, MEMORY_RESERVE_FRACTION, TEMP_HIGH_C
 from gpuconsole.model import PcieLink, Severity
 
 NA = "N/A"
+ELLIPSIS = "…"
+_BREAKS = frozenset(" /-_.,:;=@+")
+"""Where a name or a command may be cut: between words, or between the parts of one."""
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
 # The guide's bands: utilization ≥ 90 % is the ideal; the temperature alarm and the memory
@@ -148,8 +152,61 @@ def number(value: float | None, suffix: str = "") -> Text:
     return na() if value is None else Text(f"{value:.0f}{suffix}")
 
 
-def text(value: str | None) -> Text:
-    return na() if value is None else Text(value)
+def text(value: str | None, width: int | None = None) -> Text:
+    """The value as it reads, fitted into ``width`` cells (see `fit`) when given."""
+    if value is None:
+        return na()
+    return Text(value if width is None else fit(value, width))
+
+
+def fit(value: str, width: int) -> str:
+    """``value`` in at most ``width`` cells: whole, or cut where a word or a part of one ends
+    (``pod svc-train/…``, ``python3 -u pretrain…``) and marked with an ellipsis; cut mid-word
+    only where the last such place would lose more than a third of the room."""
+    if cell_len(value) <= width:
+        return value
+    if width < 2:
+        return ELLIPSIS[:width]
+    head = set_cell_size(value, width - 1).rstrip(" ")
+    room = len(head)
+    for end in range(room, room * 2 // 3, -1):
+        after = value[end] if end < len(value) else " "
+        if head[end - 1] in _BREAKS or after in _BREAKS:
+            return _without_dangling(head[:end]) + ELLIPSIS
+    return head + ELLIPSIS
+
+
+def _without_dangling(kept: str) -> str:
+    """``kept`` less trailing blanks and a last word of punctuation alone (an option's ``--``
+    whose name was cut off)."""
+    kept = kept.rstrip(" ")
+    last = kept.rpartition(" ")[2]
+    if last and all(ch in _BREAKS for ch in last):
+        kept = kept[: -len(last)].rstrip(" ")
+    return kept
+
+
+def share(value: float | None) -> Text:
+    """A percentage without a band colour (a process's share of the memory controller)."""
+    return na() if value is None else Text(f"{value:3.0f}%")
+
+
+def age(seconds: float | None) -> Text:
+    """How long something has run, in at most six cells: ``12:05`` (minutes and seconds),
+    ``5h07m``, ``3d04h``, ``412d``; N/A when unknown, or when the clocks disagree (negative)."""
+    if seconds is None or seconds < 0:
+        return na()
+    whole = int(seconds)
+    days, rest = divmod(whole, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    if days >= 100:
+        return Text(f"{days}d")
+    if days:
+        return Text(f"{days}d{hours:02d}h")
+    if hours:
+        return Text(f"{hours}h{minutes:02d}m")
+    return Text(f"{minutes}:{secs:02d}")
 
 
 def pcie(link: PcieLink | None, palette: Palette, compact: bool = False) -> Text:
