@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hostile import UNSAFE
 from hypothesis import given
 from hypothesis import strategies as st
 from slurm import Slurm
@@ -22,6 +23,7 @@ from gpuconsole.actions.service import (
     SLURM,
     ServiceError,
     ServicePlan,
+    _said,
     _state,
     checked_reason,
 )
@@ -154,3 +156,13 @@ def test_the_state_as_each_scheduler_says_it() -> None:
     assert _state(slurm, "idle*|none") == "idle (not responding)"
     assert _state(kube, "true") == "cordoned (unschedulable)"
     assert _state(kube, "") == "schedulable"
+
+
+def test_what_the_scheduler_says_reaches_no_terminal_as_escapes() -> None:
+    """A reason another admin set with scontrol (or kubectl's stderr) may hold anything."""
+    slurm = ServicePlan("h", "drain", SLURM, "n1", "", "", "r")
+    state = _state(slurm, "drained|\x1b]0;owned\x07 GPU 3\x1b[2J\n")
+    assert state.startswith("drained, reason: ") and "GPU 3" in state
+    assert not UNSAFE.search(state)
+    said = _said("error:\n\x1b]52;c;SE9TVElMRQ==\x07 denied" + "x" * 500)
+    assert not UNSAFE.search(said) and len(said) <= 200

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuconsole.actions.session import HostShell
+from gpuconsole.untrusted import visible
 
 DRAIN, RESUME = "drain", "resume"
 Change = Literal["drain", "resume"]
@@ -158,8 +159,9 @@ async def apply_service(shell: HostShell, plan: ServicePlan) -> ServiceResult:
 
 
 def _state(plan: ServicePlan, stdout: str) -> str:
-    """sinfo's ``state|reason``, or Kubernetes' unschedulable flag, as one phrase."""
-    text = stdout.strip()
+    """sinfo's ``state|reason``, or Kubernetes' unschedulable flag, as one phrase, safe to
+    print (the reason is whatever an admin of the cluster typed)."""
+    text = visible(stdout.strip(), MAX_REASON + 100)
     if plan.scheduler == KUBERNETES:
         return "cordoned (unschedulable)" if text == "true" else "schedulable"
     state, _, reason = text.partition("|")
@@ -172,6 +174,6 @@ def _state(plan: ServicePlan, stdout: str) -> str:
 
 
 def _said(text: str) -> str:
-    """The last line a command printed, clipped, or a word for nothing."""
+    """The last line a command printed, clipped and safe to print, or a word for nothing."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "no output"
+    return visible(lines[-1], 200) if lines else "no output"
