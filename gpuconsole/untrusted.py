@@ -29,9 +29,12 @@ from gpuconsole.model import (
     GpuProcess,
     GpuState,
     HostSnapshot,
+    KubePod,
     MigInstance,
     PcieLink,
+    ProcessLoad,
     RowRemap,
+    SchedulerNode,
     SlurmJob,
     Topology,
     XidEvent,
@@ -47,6 +50,9 @@ MAX_TOPOLOGY_GPUS = 32
 """The largest topology matrix accepted: best-set search is combinatorial in its size."""
 MAX_NOTES = 5
 """How many bad values a snapshot describes; all of them are counted."""
+MAX_NAME_CHARS = 253
+"""Names of owners (a pod, its namespace and container, a Docker container, a scheduler's node)
+are cut to this: Kubernetes' longest name (a DNS subdomain), longer than Docker's and Slurm's."""
 
 _MEMORY_MIB = (0.0, float(1 << 24))  # 16 TiB: far above any GPU's memory
 _PCT = (0.0, 100.0)
@@ -112,10 +118,17 @@ _MIG_NUMBERS = _Ranges(
         "memory_used_mib": (_MEMORY_MIB, False),
     }
 )
-_PROCESS_NUMBERS = _Ranges(
-    {"used_memory_mib": (_MEMORY_MIB, False), "mig_instance": (_INDEX, True)}
-)
 _TIME = (0.0, float(1 << 34))  # seconds since the epoch: 1970 … the year 2514
+_PROCESS_NUMBERS = _Ranges(
+    {
+        "used_memory_mib": (_MEMORY_MIB, False),
+        "mig_instance": (_INDEX, True),
+        "started": (_TIME, False),
+    }
+)
+_LOAD_NUMBERS = _Ranges({f.name: (_PCT, False) for f in dataclasses.fields(ProcessLoad)})
+_POD_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}")
+"""A pod's uid: a UUID, or a static pod's 32-hex manifest hash."""
 _SLURM_JOB_ID = (1, (1 << 32) - 1)
 _PID = (1, (1 << 32) - 1)  # Linux's pid_max is at most 2**22; Windows pids are 32-bit
 
@@ -212,15 +225,17 @@ class _Vetting:
                 changes[name] = checked
         return changes
 
-    def texts(self, obj: Any, where: str, names: tuple[str, ...]) -> dict[str, Any]:
+    def texts(
+        self, obj: Any, where: str, names: tuple[str, ...], limit: int = MAX_TEXT_CHARS
+    ) -> dict[str, Any]:
         changes = {}
         for name in names:
             value = getattr(obj, name)
             if value is None or (
-                type(value) is str and len(value) <= MAX_TEXT_CHARS and not UNSAFE.search(value)
+                type(value) is str and len(value) <= limit and not UNSAFE.search(value)
             ):
                 continue
-            checked = self.text(f"{where} {name}", value)
+            checked = self.text(f"{where} {name}", value, limit)
             if checked is not value:
                 changes[name] = checked
         return changes
@@ -276,6 +291,10 @@ def vetted(snapshot: HostSnapshot, known: HostSnapshot | None = None) -> HostSna
         xid_events = _xids(vet, snapshot.xid_events)
         if xid_events is not None:
             changes["xid_events"] = xid_events
+    if known is None or snapshot.node is not known.node:
+        node = _node(vet, snapshot.node)
+        if node is not snapshot.node:
+            changes["node"] = node
     if vet.count:
         changes["bad_values"] = changes.get("bad_values", snapshot.bad_values) + vet.count
         notes = changes.get("bad_value_notes", snapshot.bad_value_notes)
@@ -430,9 +449,12 @@ def _process(vet: _Vetting, process: GpuProcess) -> GpuProcess | None:
     where = f"process {pid}"
     changes = vet.fields(process, where, _PROCESS_NUMBERS)
     changes.update(vet.texts(process, where, ("user", "command", "container")))
-    job = _job(vet, where, process.job)
-    if job is not process.job:
-        changes["job"] = job
+    changes.update(vet.texts(process, where, ("container_name",), MAX_NAME_CHARS))
+    for name, check in (("job", _job), ("pod", _pod), ("load", _load)):
+        value = getattr(process, name)
+        checked = check(vet, where, value)
+        if checked is not value:
+            changes[name] = checked
     kind = vet.text(f"{where} kind", process.kind, 32)
     if kind != process.kind:
         changes["kind"] = kind or "compute"
@@ -456,6 +478,47 @@ def _job(vet: _Vetting, where: str, job: SlurmJob | None) -> SlurmJob | None:
         return None
     changes = vet.texts(job, f"{where} job {job.job_id}", _SLURM_TEXTS)
     return dataclasses.replace(job, **changes) if changes else job
+
+
+def _pod(vet: _Vetting, where: str, pod: KubePod | None) -> KubePod | None:
+    """A process's pod with its names made safe and cut; none where it is not one, or its uid
+    is not a pod's uid."""
+    if pod is None:
+        return None
+    if not isinstance(pod, KubePod):
+        vet.bad(f"{where} pod", pod, "is not a pod")
+        return None
+    if not (isinstance(pod.uid, str) and _POD_UID.fullmatch(pod.uid)):
+        vet.bad(f"{where} pod uid", pod.uid, "is not a pod's uid")
+        return None
+    names = ("namespace", "name", "container")
+    changes = vet.texts(pod, f"{where} pod {pod.uid}", names, MAX_NAME_CHARS)
+    return dataclasses.replace(pod, **changes) if changes else pod
+
+
+def _load(vet: _Vetting, where: str, load: ProcessLoad | None) -> ProcessLoad | None:
+    """A process's share of its GPU, each percentage out of 0 … 100 N/A."""
+    return vet.part(load, ProcessLoad, f"{where} load", _LOAD_NUMBERS)
+
+
+def _node(vet: _Vetting, node: SchedulerNode | None) -> SchedulerNode | None:
+    """The host's scheduler node with its texts made safe and cut; none where it is not one or
+    lacks a name or a state."""
+    if node is None:
+        return None
+    if not isinstance(node, SchedulerNode):
+        vet.bad("scheduler node", node, "is not a node")
+        return None
+    required = ("scheduler", "name", "state")
+    changes = vet.texts(node, "scheduler node", required, MAX_NAME_CHARS)
+    changes.update(vet.texts(node, "scheduler node", ("reason",)))
+    missing = [name for name in required if not changes.get(name, getattr(node, name))]
+    for name in missing:
+        if getattr(node, name) in (None, ""):  # any other value was counted as not text
+            vet.bad(f"scheduler node {name}", getattr(node, name), "is missing")
+    if missing:
+        return None  # a node without a name or a state says nothing
+    return dataclasses.replace(node, **changes) if changes else node
 
 
 def _topology(vet: _Vetting, topology: Topology | None) -> Topology | None:

@@ -4,6 +4,7 @@ NVML is absent here, which is what ``auto`` has to cope with."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import getpass
 import itertools
@@ -53,12 +54,19 @@ class RunningAgent:
             stderr=subprocess.PIPE,
             env=env,
         )
-        assert self.process.stdin is not None
-        self.process.stdin.write(SCRIPT)
-        self.process.stdin.flush()
+        # Written by a thread of its own, as the console's asyncssh buffers it: the script is
+        # larger than a pipe holds, and where bash finds no python3 nothing ever reads it.
+        self._writer = threading.Thread(target=self._write_script, daemon=True)
+        self._writer.start()
         self.stream = AgentStream("test-host")
         self._lines: queue.Queue[tuple[float, bytes]] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
+
+    def _write_script(self) -> None:
+        assert self.process.stdin is not None
+        with contextlib.suppress(OSError):  # ended (the test is over) before it read it all
+            self.process.stdin.write(SCRIPT)
+            self.process.stdin.flush()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -87,11 +95,13 @@ class RunningAgent:
                 return at, event
 
     def send(self, command: dict[str, object]) -> None:
+        self._writer.join()  # the script first, whole
         assert self.process.stdin is not None
         self.process.stdin.write(encode_command(command))
         self.process.stdin.flush()
 
     def close_stdin(self) -> None:
+        self._writer.join()
         assert self.process.stdin is not None
         self.process.stdin.close()
 

@@ -258,6 +258,7 @@ def test_a_reading_fills_every_field(nvml: FakeNvml, source: MakeSource) -> None
             command=" ".join(me.cmdline()),
             kind="compute",
             container=container_of_pid(os.getpid()),
+            started=round(me.create_time(), 2),  # /proc's start, as the agent reads it
         ),
     )
 

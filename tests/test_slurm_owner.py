@@ -27,8 +27,8 @@ from test_slurm_jobs import WAIT_S, job_process
 from gpuconsole.app import GpuConsoleApp
 from gpuconsole.model import GpuProcess, GpuState, HostSnapshot
 from gpuconsole.screens.host import HostScreen
-from gpuconsole.telemetry.agent import SlurmJobs
-from gpuconsole.telemetry.jobs import LocalJobs
+from gpuconsole.telemetry.agent import Owners, SlurmJobs
+from gpuconsole.telemetry.jobs import LocalOwners
 
 JOB_NAME = "llama-ft"
 JOB_COMMAND = ["sleep", "300"]
@@ -52,7 +52,7 @@ def test_a_local_reading_names_the_job_of_a_process(
     slurm: Slurm, job_pid: tuple[int, psutil.Process]
 ) -> None:
     job, process = job_pid
-    jobs = LocalJobs(SlurmJobs(env=slurm.env))
+    jobs = LocalOwners(Owners(env=slurm.env))
     deadline = time.monotonic() + WAIT_S
     while True:
         (named,) = jobs.attach(on_gpu_0(process.pid)).processes
@@ -64,16 +64,16 @@ def test_a_local_reading_names_the_job_of_a_process(
     assert named.owner == f"job {job} {JOB_NAME}"
 
 
-def test_a_process_outside_any_job_is_left_as_it_was(slurm: Slurm) -> None:
-    snapshot = on_gpu_0(os.getpid())
-    assert LocalJobs(SlurmJobs(env=slurm.env)).attach(snapshot) is snapshot
+def test_a_process_outside_any_job_has_none(slurm: Slurm) -> None:
+    (process,) = LocalOwners(Owners(env=slurm.env)).attach(on_gpu_0(os.getpid())).processes
+    assert (process.job, process.pod, process.container_name) == (None, None, None)
 
 
 async def test_the_process_list_shows_the_jobs_id_and_name(
     slurm: Slurm, job_pid: tuple[int, psutil.Process]
 ) -> None:
     job, process = job_pid
-    jobs = LocalJobs(SlurmJobs(env=slurm.env, first_wait=WAIT_S))
+    jobs = LocalOwners(Owners(slurm=SlurmJobs(env=slurm.env, first_wait=WAIT_S)))
     snapshot = jobs.attach(on_gpu_0(process.pid))
     app = GpuConsoleApp(StaticSource(snapshot), auto_poll=False, background_start=False)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -19,9 +19,12 @@ from gpuconsole.model import (
     GpuProcess,
     GpuState,
     HostSnapshot,
+    KubePod,
     MigInstance,
     PcieLink,
+    ProcessLoad,
     RowRemap,
+    SchedulerNode,
     SlurmJob,
     Topology,
     XidEvent,
@@ -31,7 +34,7 @@ from gpuconsole.telemetry.prometheus import PrometheusSource
 from gpuconsole.telemetry.smi import parse_dump
 from gpuconsole.terminal.diff import ScreenDiff
 from gpuconsole.terminal.plain import GuardedStream, printable
-from gpuconsole.untrusted import MAX_GPUS, MAX_TEXT_CHARS, shown, vetted, visible
+from gpuconsole.untrusted import MAX_GPUS, MAX_NAME_CHARS, MAX_TEXT_CHARS, shown, vetted, visible
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -329,3 +332,47 @@ def test_a_slurm_job_name_reaches_no_terminal_as_an_escape_and_a_bad_id_is_dropp
     assert kept.job is not None and kept.job.job_id == 7
     assert "\x1b" not in (kept.job.name or "") + (kept.job.user or "")
     assert dropped.job is None and snapshot.bad_values == 1
+
+
+POD_UIDS = ("5f1c2e9a-7b3d-4c8e-9a61-2d4f8b0c7e13", "33d556edd3ae8ef21980288cef77ae8b")
+"""A pod uid's two forms: a UUID, and a static pod's 32-hex manifest hash."""
+owned_processes = st.builds(
+    GpuProcess,
+    pid=st.integers(1, 5),
+    gpu=st.just(0),
+    used_memory_mib=st.just(1.0),
+    pod=st.none()
+    | st.builds(KubePod, st.sampled_from(POD_UIDS) | anything, anything, anything, anything)
+    | anything,
+    container_name=anything,
+    started=anything,
+    load=st.none() | st.builds(ProcessLoad, anything, anything, anything, anything) | anything,
+)
+
+
+@PROPERTY
+@given(
+    processes=st.lists(owned_processes, max_size=3).map(tuple),
+    node=st.none() | st.builds(SchedulerNode, anything, anything, anything, anything) | anything,
+)
+def test_owners_loads_and_nodes_are_vetted_to_safe_text_and_possible_values(
+    processes: tuple[GpuProcess, ...], node: object
+) -> None:
+    clean = vetted(HostSnapshot("h", 1.0, (GpuState(0),), processes=processes, node=node))
+    assert unsafe_texts(clean) == []
+    for process in clean.processes:
+        pod, load = process.pod, process.load
+        assert pod is None or (isinstance(pod, KubePod) and pod.uid in POD_UIDS)
+        if pod is not None:
+            names = (pod.namespace, pod.name, pod.container)
+            assert all(n is None or (type(n) is str and len(n) <= MAX_NAME_CHARS) for n in names)
+        shares = () if load is None else dataclasses.astuple(load)
+        assert load is None or isinstance(load, ProcessLoad)
+        assert all(s is None or (type(s) in (int, float) and 0 <= s <= 100) for s in shares)
+        assert process.started is None or 0 <= process.started <= 2**34
+        name = process.container_name
+        assert name is None or (type(name) is str and len(name) <= MAX_NAME_CHARS)
+    if clean.node is not None:
+        texts = (clean.node.scheduler, clean.node.name, clean.node.state)
+        assert all(type(t) is str and 0 < len(t) <= MAX_NAME_CHARS for t in texts)
+    assert vetted(clean) is clean  # nothing is left to take out

@@ -7,7 +7,9 @@ logs it (`HostShell.change`), then asks the scheduler for the node's state, so t
 is the scheduler's, not ours.
 
 The host's Slurm node is the one whose NodeName, NodeHostName or NodeAddr is the host's short
-name (`scontrol show node`), as slurmd names itself; ``node`` overrides it. Kubernetes' node is
+name (`scontrol show node`), as slurmd names itself: the agent's rule
+(`gpuconsole.telemetry.agent.slurm_node`), by which readings name the node; ``node`` overrides
+it. Kubernetes' node is
 the host's name as ``kubectl get node`` knows it.
 """
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuconsole.actions.session import HostShell
+from gpuconsole.telemetry.agent import slurm_node
 from gpuconsole.untrusted import visible
 
 DRAIN, RESUME = "drain", "resume"
@@ -32,7 +35,6 @@ _PROBE = (
     "command -v scontrol >/dev/null 2>&1 && echo has scontrol; "
     "command -v kubectl >/dev/null 2>&1 && echo has kubectl; true"
 )
-_FIELD = re.compile(r"(NodeName|NodeHostName|NodeAddr)=(\S+)")
 _SINFO_FLAGS = {
     "*": "not responding",
     "~": "powered off",
@@ -121,11 +123,9 @@ async def _slurm_node(shell: HostShell, short: str) -> str | None:
     nodes = await shell.run("scontrol -o show node", _TIMEOUT_S)
     if not nodes.ok:
         raise ServiceError(f"{shell.host}: scontrol show node failed: {_said(nodes.stderr)}")
-    for line in nodes.stdout.splitlines():
-        fields = dict(_FIELD.findall(line))
-        if short in fields.values() and _NODE_NAME.fullmatch(fields.get("NodeName", "")):
-            return fields["NodeName"]
-    return None
+    found = slurm_node(nodes.stdout, short)
+    name = None if found is None else str(found["name"])
+    return name if name is not None and _NODE_NAME.fullmatch(name) else None
 
 
 def _slurm_plan(host: str, change: Change, node: str, reason: str | None) -> ServicePlan:

@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import csv
 import ctypes
+import http.client
 import json
 import math
 import os
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 PROTOCOL_VERSION = 1
 MARKER = "gpuconsole-agent"
@@ -153,9 +154,36 @@ def slurm_job_id(pid: int, cgroup_text: str | None) -> int | None:
     return None
 
 
+_boot: list[float | None] = []
+
+
+def boot_time() -> float | None:
+    """When the kernel booted, seconds since the epoch (``btime`` of /proc/stat), read once:
+    the kernel works it out afresh on each read from the clock and the uptime, so it can move
+    by a second as the clock is adjusted, and a process's start must not move with it."""
+    if not _boot:
+        words: list[bytes] = []
+        try:
+            with open("/proc/stat", "rb") as file:  # line by line: "intr" can run to 100s of KiB
+                words = next((line.split() for line in file if line.startswith(b"btime ")), [])
+        except OSError:
+            pass
+        _boot.append(float(words[1]) if len(words) == 2 and words[1].isdigit() else None)
+    return _boot[0]
+
+
+def started_at(ticks: int | None) -> float | None:
+    """A process's start in seconds since the epoch, from its start in clock ticks after boot
+    (field 22 of /proc/PID/stat), as ``ps -o lstart`` and psutil's ``create_time`` work it out."""
+    boot = boot_time()
+    if ticks is None or boot is None:
+        return None
+    return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 2)
+
+
 def process_details(pid: int) -> dict[str, object]:
-    """What /proc adds to a GPU process: owner, command line, cgroup text, start time, and the
-    Slurm job it runs in."""
+    """What /proc adds to a GPU process: owner, command line, cgroup text, start (in clock
+    ticks since boot and in seconds since the epoch), and the Slurm job it runs in."""
     try:
         user: str | None = _user_name(os.stat(f"/proc/{pid}").st_uid)
     except OSError:
@@ -163,11 +191,13 @@ def process_details(pid: int) -> dict[str, object]:
     cgroup = cgroup_text(pid)
     stat = _stat_fields(pid)
     start = stat[19] if stat is not None and len(stat) > 19 else None  # field 22
+    ticks = int(start) if start is not None and start.isdigit() else None
     return {
         "user": user,
         "command": command_line(pid),
         "cgroup": cgroup,
-        "start_time": int(start) if start is not None and start.isdigit() else None,
+        "start_time": ticks,
+        "started": started_at(ticks),
         "slurm_job": slurm_job_id(pid, cgroup),
     }
 
@@ -199,6 +229,140 @@ def reap(child: subprocess.Popen, timeout: float) -> tuple[bytes, bytes] | None:
         return None
 
 
+# --- asked in the background: a tick takes what is known and never waits for the asking -------
+
+ASK_AGAIN_S = 30.0
+"""How long an answer about an owner (a job, a pod, a container, this host's node) is believed
+before it is asked again."""
+FIRST_WAIT_S = 0.5
+"""How long a tick waits for an answer about something never seen before (a healthy slurmctld
+or Docker answers in milliseconds): so that a one-shot snapshot has it, while a slow source
+costs a tick at most this, once per new thing."""
+
+
+class Asker:
+    """Answers about keys (jobs, containers, this host's node) from a source that a busy or hung
+    daemon can hold for seconds, asked in a thread of its own: a tick takes what is known.
+
+    One ask at a time, about every key not known or known for more than ``stale_after`` (at most
+    ``batch`` of them); an ask that fails keeps what was known, to be tried again once that is
+    stale. Only an ask about a key never seen before is waited for, and for ``first_wait`` at
+    most. At most ``limit`` keys are remembered; the longest unasked are forgotten first.
+    """
+
+    def __init__(
+        self, name: str, stale_after: float, first_wait: float, limit: int, batch: int
+    ) -> None:
+        self._name = name
+        self._stale_after = stale_after
+        self._first_wait = first_wait
+        self._limit = limit
+        self._batch = batch
+        self._lock = threading.Lock()
+        # key -> (when it was last asked about, the answer or None where there was none), in
+        # the order they were asked: the first is the one to forget
+        self._known: dict = {}
+        self._asking = False
+
+    def lookup(self, keys: set) -> dict:
+        """What is known of ``keys`` (an answer older than ``stale_after`` too, until a newer
+        one comes); asks about the rest in the background."""
+        now = time.monotonic()
+        with self._lock:
+            known = {key: self._known[key] for key in keys if key in self._known}
+            wanted = sorted(
+                key for key in keys if key not in known or now - known[key][0] > self._stale_after
+            )[: self._batch]
+            ask = bool(wanted) and self._can_ask() and not self._asking
+            self._asking = self._asking or ask
+        if ask:
+            answered = threading.Event()
+            threading.Thread(
+                target=self._ask, args=(wanted, answered), name=self._name, daemon=True
+            ).start()
+            if len(known) < len(keys) and answered.wait(self._first_wait):
+                with self._lock:
+                    known = {key: self._known[key] for key in keys if key in self._known}
+        return {key: answer for key, (_, answer) in known.items() if answer is not None}
+
+    def _ask(self, keys: list, answered: threading.Event) -> None:
+        answers = None
+        try:
+            answers = self._answers(keys)
+        finally:
+            now = time.monotonic()
+            with self._lock:
+                for key in keys:
+                    previous = self._known.pop(key, (now, None))[1]
+                    # Failed (None): keep what was known, ask again once it is stale.
+                    self._known[key] = (now, previous if answers is None else answers.get(key))
+                while len(self._known) > self._limit:
+                    del self._known[next(iter(self._known))]
+                self._asking = False
+            answered.set()
+
+    def _can_ask(self) -> bool:
+        return True
+
+    def _answers(self, keys: list) -> dict | None:
+        """The source's answer about each of ``keys`` (a key left out has none); None where the
+        source could not be asked."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop what is being asked, where that can be stopped."""
+
+
+class ToolAsker(Asker):
+    """An `Asker` whose source is a command on PATH (squeue, scontrol), each call killed past
+    ``timeout``; where the command is not on PATH nothing is asked."""
+
+    def __init__(
+        self,
+        tool: str,
+        env: Mapping[str, str] | None,
+        timeout: float,
+        stale_after: float,
+        first_wait: float,
+        limit: int,
+        batch: int,
+    ) -> None:
+        """``env``: the environment the command runs in (``SLURM_CONF`` points Slurm's at a
+        cluster)."""
+        super().__init__(tool, stale_after, first_wait, limit, batch)
+        self._env = dict(os.environ if env is None else env)
+        self._tool = shutil.which(tool, path=self._env.get("PATH", os.defpath))
+        self._timeout = timeout
+        self._child: subprocess.Popen | None = None
+
+    def _can_ask(self) -> bool:
+        return self._tool is not None
+
+    def _run(self, *args: str) -> tuple[int, str, str] | None:
+        """The command's exit status, stdout and stderr; None where it could not be started or
+        was killed past its timeout."""
+        try:
+            child = spawn([str(self._tool), *args], self._env)
+        except OSError:
+            return None
+        self._child = child
+        try:
+            output = reap(child, self._timeout)
+        finally:
+            self._child = None
+        if output is None:
+            return None
+        stdout, stderr = (data.decode("utf-8", "replace") for data in output)
+        return child.returncode, stdout, stderr
+
+    def close(self) -> None:
+        """Kill the call in flight, if any."""
+        child = self._child
+        if child is not None:
+            with contextlib.suppress(OSError):
+                child.kill()
+
+
 # --- Slurm: what squeue says about the jobs the GPU processes run in ----------------------------
 
 SLURM_FIELDS = ("job_id", "user", "partition", "start", "time_limit", "state", "name")
@@ -206,12 +370,7 @@ SQUEUE_FORMAT = "%A\x1f%u\x1f%P\x1f%S\x1f%l\x1f%T\x1f%j"
 """squeue's fields in SLURM_FIELDS' order, split by US: the job name, free text that may hold
 anything, comes last so that no character of it can shift the others. ``%A`` is the job's own
 id (an array task's too, where ``%i`` prints ``base_index``), the number its cgroup carries."""
-SLURM_STALE_S = 30.0
 SLURM_TIMEOUT_S = 5.0
-SLURM_FIRST_WAIT_S = 0.5
-"""How long a tick waits for squeue about a job it has never seen (a healthy slurmctld answers
-in milliseconds): so that a one-shot snapshot names the job, while a slow one costs a tick at
-most this, once per new job."""
 MAX_SLURM_JOBS = 1024
 """Jobs remembered; the longest unasked are forgotten first."""
 
@@ -243,97 +402,33 @@ def parse_squeue(output: str, asked: set[int]) -> dict[int, dict[str, object]]:
     return rows
 
 
-class SlurmJobs:
-    """What squeue says about jobs, asked in a thread of its own: a tick takes what is known and
-    never waits for squeue, which a busy or unreachable slurmctld can hold for seconds.
-
-    One call at a time, for every job not known or known for more than SLURM_STALE_S; each
-    call is killed past its timeout. Where there is no squeue on PATH nothing is asked. Only a
-    call about a job never seen before is waited for, and for ``first_wait`` at most.
-    """
+class SlurmJobs(ToolAsker):
+    """What squeue says about jobs (`ToolAsker`): one call for every job not known or known for
+    more than ASK_AGAIN_S."""
 
     def __init__(
         self,
         env: Mapping[str, str] | None = None,
         timeout: float = SLURM_TIMEOUT_S,
-        stale_after: float = SLURM_STALE_S,
-        first_wait: float = SLURM_FIRST_WAIT_S,
+        stale_after: float = ASK_AGAIN_S,
+        first_wait: float = FIRST_WAIT_S,
     ) -> None:
-        """``env``: the environment squeue runs in (``SLURM_CONF`` points it at a cluster)."""
-        self._env = dict(os.environ if env is None else env)
-        self._squeue = shutil.which("squeue", path=self._env.get("PATH", os.defpath))
-        self._timeout = timeout
-        self._stale_after = stale_after
-        self._first_wait = first_wait
-        self._lock = threading.Lock()
-        # job id -> (when squeue was last asked, its row or None where it listed none), in the
-        # order they were asked: the first is the one to forget
-        self._known: dict[int, tuple[float, dict[str, object] | None]] = {}
-        self._asking = False
-        self._child: subprocess.Popen | None = None
+        super().__init__(
+            "squeue", env, timeout, stale_after, first_wait, MAX_SLURM_JOBS, MAX_SLURM_JOBS
+        )
 
-    def lookup(self, jobs: set[int]) -> dict[int, dict[str, object]]:
-        """What is known of ``jobs`` (a row older than SLURM_STALE_S too, until a newer one
-        comes); asks squeue about the rest, in the background."""
-        now = time.monotonic()
-        with self._lock:
-            known = {job: self._known[job] for job in jobs if job in self._known}
-            wanted = sorted(
-                job for job in jobs if job not in known or now - known[job][0] > self._stale_after
-            )[:MAX_SLURM_JOBS]
-            ask = bool(wanted) and self._squeue is not None and not self._asking
-            self._asking = self._asking or ask
-        if ask:
-            answered = threading.Event()
-            threading.Thread(
-                target=self._ask, args=(wanted, answered), name="squeue", daemon=True
-            ).start()
-            if len(known) < len(jobs) and answered.wait(self._first_wait):
-                with self._lock:
-                    known = {job: self._known[job] for job in jobs if job in self._known}
-        return {job: row for job, (_, row) in known.items() if row is not None}
-
-    def _ask(self, jobs: list[int], answered: threading.Event) -> None:
-        rows = self._squeue_rows(jobs)
-        now = time.monotonic()
-        with self._lock:
-            for job in jobs:
-                previous = self._known.pop(job, (now, None))[1]
-                # Failed (None): keep what was known, ask again once it is stale.
-                self._known[job] = (now, previous if rows is None else rows.get(job))
-            while len(self._known) > MAX_SLURM_JOBS:
-                del self._known[next(iter(self._known))]
-            self._asking = False
-        answered.set()
-
-    def _squeue_rows(self, jobs: list[int]) -> dict[int, dict[str, object]] | None:
-        """squeue's rows for ``jobs``; None where it failed to answer.
+    def _answers(self, keys: list) -> dict | None:
+        """squeue's rows for the jobs ``keys``.
 
         squeue exits 1 ("Invalid job id specified") when none of the jobs is still known to
         slurmctld: an answer too, that all have ended."""
-        argv = [self._squeue, "-h", "-j", ",".join(map(str, jobs)), "-o", SQUEUE_FORMAT]
-        try:
-            child = spawn(argv, self._env)
-        except OSError:
+        ran = self._run("-h", "-j", ",".join(map(str, keys)), "-o", SQUEUE_FORMAT)
+        if ran is None:
             return None
-        self._child = child
-        try:
-            output = reap(child, self._timeout)
-        finally:
-            self._child = None
-        if output is None:
+        code, stdout, stderr = ran
+        if code != 0 and "Invalid job id" not in stderr:
             return None
-        stdout, stderr = output
-        if child.returncode != 0 and b"Invalid job id" not in stderr:
-            return None
-        return parse_squeue(stdout.decode("utf-8", "replace"), set(jobs))
-
-    def close(self) -> None:
-        """Kill the squeue call in flight, if any."""
-        child = self._child
-        if child is not None:
-            with contextlib.suppress(OSError):
-                child.kill()
+        return parse_squeue(stdout, set(keys))
 
 
 def jobs_of(processes: list[dict], slurm: SlurmJobs) -> list[dict[str, object]]:
@@ -341,6 +436,396 @@ def jobs_of(processes: list[dict], slurm: SlurmJobs) -> list[dict[str, object]]:
     ids = {p["slurm_job"] for p in processes if isinstance(p.get("slurm_job"), int)}
     known = slurm.lookup(ids)
     return [known[job] for job in sorted(known)]
+
+
+# --- Slurm: this host's node as scontrol says it ---------------------------------------------
+
+_NODE_FIELD = re.compile(r"(?:^| )(NodeName|NodeHostName|NodeAddr|State)=(\S+)")
+_REASON_STAMP = re.compile(r" \[[^\[\]@ ]+@[^\[\]]+\]")
+"""What scontrol puts after a reason's first line: `` [who@when]`` (``when`` as
+SLURM_TIME_FORMAT has it, ISO 8601 by default)."""
+_AFTER_REASON = re.compile(r" (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
+"""The fields scontrol may print after the reason (src/api/node_info.c)."""
+
+
+def slurm_node(output: str, short: str) -> dict[str, object] | None:
+    """The node among ``scontrol -o show node``'s lines (one per node) whose NodeName,
+    NodeHostName or NodeAddr is ``short`` (the host's short name, as slurmd names itself):
+    ``{scheduler, name, state, reason}``; None where none is.
+
+    The reason is free text and comes after every other field the match needs: a line is read
+    up to its first `` Reason=`` only, so that no reason can forge a name or a state. The
+    reason ends at its `` [who@when]`` stamp, or at a field scontrol prints after it."""
+    for line in output.split("\n"):
+        fields, _, reason = line.partition(" Reason=")
+        found: dict[str, str] = {}
+        for key, value in _NODE_FIELD.findall(fields):
+            found.setdefault(key, value)
+        names = (found.get("NodeName"), found.get("NodeHostName"), found.get("NodeAddr"))
+        if short not in names or "NodeName" not in found or "State" not in found:
+            continue
+        stamp = _REASON_STAMP.search(reason) or _AFTER_REASON.search(reason)
+        reason = (reason[: stamp.start()] if stamp else reason).strip()
+        return {
+            "scheduler": "slurm",
+            "name": clipped(found["NodeName"]),
+            "state": clipped(found["State"]),
+            "reason": clipped(reason) if reason else None,
+        }
+    return None
+
+
+class SlurmNode(ToolAsker):
+    """This host's Slurm node as ``scontrol -o show node`` says it (`ToolAsker`), asked every
+    ASK_AGAIN_S: first by name (the NodeName found before, else the host's short name), and
+    only where Slurm knows no node by that name, every node, to find the one whose NodeHostName
+    or NodeAddr is the short name. A host that is no Slurm node has none."""
+
+    _KEY = "node"
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        host: str | None = None,
+        timeout: float = SLURM_TIMEOUT_S,
+        stale_after: float = ASK_AGAIN_S,
+        first_wait: float = FIRST_WAIT_S,
+    ) -> None:
+        """``host``: this host's name (``socket.gethostname()``)."""
+        super().__init__("scontrol", env, timeout, stale_after, first_wait, 1, 1)
+        self._short = (host or socket.gethostname()).split(".")[0]
+        self._name: str | None = None
+
+    def state(self) -> dict[str, object] | None:
+        """``{scheduler, name, state, reason}`` as scontrol last said it; None where the host
+        is no Slurm node, or scontrol has not answered yet."""
+        return self.lookup({self._KEY}).get(self._KEY)
+
+    def _answers(self, keys: list) -> dict | None:
+        ran = self._run("-o", "show", "node", self._name or self._short)
+        if ran is not None and ran[0] != 0 and " not found" in ran[1] + ran[2]:
+            ran = self._run("-o", "show", "node")  # known by its NodeHostName or NodeAddr only
+        if ran is None or ran[0] != 0:
+            return None
+        node = slurm_node(ran[1], self._short)
+        self._name = None if node is None else str(node["name"])
+        return {self._KEY: node}
+
+
+# --- containers and pods: what a process's cgroup path says ----------------------------------
+
+_CONTAINER_ID = "([0-9a-f]{64})"
+CONTAINER_RUNTIMES: tuple[tuple[re.Pattern, str], ...] = (
+    (re.compile(r"(?:^|/)docker-" + _CONTAINER_ID + r"\.scope(?:/|$)"), "docker"),
+    (re.compile(r"/docker/" + _CONTAINER_ID + "(?:/|$)"), "docker"),
+    (re.compile(r"(?:^|/)cri-containerd-" + _CONTAINER_ID + r"(?:\.scope)?(?:/|$)"), "containerd"),
+    (re.compile(r"(?:^|/)crio-" + _CONTAINER_ID + r"(?:\.scope)?(?:/|$)"), "cri-o"),
+    (re.compile(r"(?:^|/)libpod-" + _CONTAINER_ID + r"(?:\.scope)?(?:/|$)"), "podman"),
+)
+"""(pattern, runtime) in the order they are tried on a cgroup path. Runtimes name the cgroup of
+a container's processes after its id, under the systemd cgroup driver (``docker-<id>.scope``)
+and the cgroupfs one (``/docker/<id>``) alike."""
+_POD = re.compile(
+    # A pod's uid: a UUID (dashes under cgroupfs, underscores in systemd slice names) or, for a
+    # static pod, the 32-hex hash of its manifest.
+    r"kubepods\b.*?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
+    r"|[0-9a-f]{32})(?:\.slice)?(?:/|$)"
+)
+_POD_CONTAINER = re.compile(r"(?:[a-z]+(?:-[a-z]+)*-)?" + _CONTAINER_ID + r"(?:\.scope)?(?:/|$)")
+"""A container's cgroup right below its pod's: ``cri-containerd-<id>.scope``, ``crio-<id>.scope``
+and ``docker-<id>.scope`` under the systemd driver, a bare ``<id>`` under cgroupfs."""
+
+
+def cgroup_paths(cgroup_text: str) -> list[str]:
+    """The path of each ``hierarchy-id:controllers:path`` line of /proc/PID/cgroup."""
+    return [line.split(":", 2)[2] for line in cgroup_text.splitlines() if line.count(":") >= 2]
+
+
+def runtime_container(path: str) -> tuple[str, str] | None:
+    """(runtime, 64-hex container id) of the container a cgroup path names; None for none."""
+    for pattern, runtime in CONTAINER_RUNTIMES:
+        match = pattern.search(path)
+        if match:
+            return runtime, match.group(1)
+    return None
+
+
+def pod_of(path: str) -> tuple[str, str | None] | None:
+    """(uid, the id of its container where the path goes on to name one) of the Kubernetes pod a
+    cgroup path is in, the uid as the API server writes it; None for none."""
+    match = _POD.search(path)
+    if match is None:
+        return None
+    container = _POD_CONTAINER.match(path, match.end())
+    return match.group(1).replace("_", "-"), container and container.group(1)
+
+
+def containers_in(cgroup_text: str | None) -> tuple[tuple[str, str | None] | None, str | None]:
+    """What a process's cgroup text names: its pod (uid, container id) and its Docker
+    container's id, each where it names one."""
+    pod = docker = None
+    for path in cgroup_paths(cgroup_text or ""):
+        pod = pod or pod_of(path)
+        found = runtime_container(path)
+        if docker is None and found is not None and found[0] == "docker":
+            docker = found[1]
+    return pod, docker
+
+
+# --- Kubernetes pods: their names from the kubelet's log directories ---------------------------
+
+KUBELET_LOG_ROOT = "/var/log"
+"""Where the kubelet keeps containers' logs, in a layout that names each pod and its containers
+(kubernetes/kubernetes, pkg/kubelet/kuberuntime/helpers.go: ``BuildPodLogsDirectory``,
+``BuildContainerLogsDirectory``, ``buildContainerLogsPath``; legacy.go: ``logSymlink``):
+``pods/<namespace>_<pod>_<uid>/<container>/<restarts>.log``, and for each running container a
+link ``containers/<pod>_<namespace>_<container>-<container id>.log`` to its log, the link's name
+cut to 255 bytes (ext4's longest) before ``.log``."""
+_LINK_NAME_MAX = 255 - len(".log")
+MAX_LOG_ENTRIES = 4096
+"""Most entries read of one log directory (a node runs at most 110 pods by default)."""
+LOG_SCAN_S = 0.1
+"""Longest one lookup reads the log directories; what it has not reached by then stays
+unknown until the pod is looked up again."""
+MAX_PODS = 1024
+"""(pod, container) pairs remembered; the longest unasked are forgotten first."""
+
+
+def _entries(directory: str, deadline: float, directories_only: bool = False) -> Iterator[str]:
+    """The names in ``directory``: at most MAX_LOG_ENTRIES of them, until ``deadline``; none
+    where it cannot be read."""
+    try:
+        with os.scandir(directory) as entries:
+            for count, entry in enumerate(entries):
+                if count == MAX_LOG_ENTRIES or time.monotonic() > deadline:
+                    return
+                if not directories_only or entry.is_dir(follow_symlinks=False):
+                    yield entry.name
+    except OSError:
+        return
+
+
+def _shown(name: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (which the file system allows) replaced."""
+    return clipped(os.fsencode(name).decode("utf-8", "replace"))
+
+
+class KubePods:
+    """Each pod's namespace and name, and the name of a process's container in it, read from the
+    kubelet's log directories on the node (`KUBELET_LOG_ROOT`): no API server, no kubectl.
+
+    The kubelet's pod-resources socket would say the same but speaks gRPC, which the standard
+    library does not. A pod and container is looked up once per ASK_AGAIN_S; each lookup reads
+    the directories for LOG_SCAN_S at most."""
+
+    def __init__(self, log_root: str = KUBELET_LOG_ROOT, stale_after: float = ASK_AGAIN_S) -> None:
+        """``log_root``: where the ``pods`` and ``containers`` directories are."""
+        self._pods_dir = os.path.join(log_root, "pods")
+        self._links_dir = os.fsencode(os.path.join(log_root, "containers"))
+        self._stale_after = stale_after
+        self._known: dict[tuple[str, str | None], tuple[float, dict[str, object]]] = {}
+
+    def lookup(
+        self, pods: set[tuple[str, str | None]]
+    ) -> dict[tuple[str, str | None], dict[str, object]]:
+        """``{uid, namespace, name, container}`` of each (pod uid, container id); what the logs
+        do not say is None."""
+        now = time.monotonic()
+        stale = {
+            p for p in pods if p not in self._known or now - self._known[p][0] > self._stale_after
+        }
+        if stale:
+            deadline = now + LOG_SCAN_S
+            directories = self._directories({uid for uid, _ in stale}, deadline)
+            for uid, container_id in stale:
+                pod = self._pod(uid, container_id, directories.get(uid), deadline)
+                self._known.pop((uid, container_id), None)
+                self._known[uid, container_id] = (now, pod)
+        found = {p: self._known[p][1] for p in pods}
+        while len(self._known) > MAX_PODS:
+            del self._known[next(iter(self._known))]
+        return found
+
+    def _directories(self, uids: set[str], deadline: float) -> dict[str, str]:
+        """The log directory of each pod of ``uids`` that has one, by uid."""
+        found: dict[str, str] = {}
+        for name in _entries(self._pods_dir, deadline):
+            uid = name.rpartition("_")[2]
+            if uid in uids:
+                found[uid] = name
+                if len(found) == len(uids):
+                    break
+        return found
+
+    def _pod(
+        self, uid: str, container_id: str | None, directory: str | None, deadline: float
+    ) -> dict[str, object]:
+        pod: dict[str, object] = {"uid": uid, "namespace": None, "name": None, "container": None}
+        namespace, _, name = (directory or "")[: -len(uid) - 1].partition("_")
+        if not namespace or not name or "_" in name:  # not <namespace>_<pod>_<uid>
+            return pod
+        containers = list(_entries(os.path.join(self._pods_dir, directory), deadline, True))
+        container = self._container(namespace, name, containers, container_id)
+        pod.update(
+            namespace=_shown(namespace),
+            name=_shown(name),
+            container=None if container is None else _shown(container),
+        )
+        return pod
+
+    def _container(
+        self, namespace: str, name: str, containers: list[str], container_id: str | None
+    ) -> str | None:
+        """The container whose log link names ``container_id``; else the pod's only one."""
+        for container in containers if container_id is not None else ():
+            link = os.fsencode(f"{name}_{namespace}_{container}-{container_id}")
+            if os.path.lexists(os.path.join(self._links_dir, link[:_LINK_NAME_MAX] + b".log")):
+                return container
+        return containers[0] if len(containers) == 1 else None
+
+
+# --- Docker: a container's name from the Engine API on its socket ----------------------------
+
+DOCKER_SOCKET = "/var/run/docker.sock"
+DOCKER_TIMEOUT_S = 1.0
+"""Longest one question to Docker takes, connecting and reading the whole answer included."""
+MAX_DOCKER_ANSWER = 1 << 20
+"""Longest answer read; a longer one gives no name (an inspect is a few KiB)."""
+DOCKER_BATCH = 16
+"""Containers asked about in one turn, each at most DOCKER_TIMEOUT_S."""
+MAX_CONTAINERS = 1024
+"""Containers remembered; the longest unasked are forgotten first."""
+
+
+class _DeadlineSocket(socket.socket):
+    """A socket whose every read waits only for what is left until ``deadline``, so that an
+    answer dribbled out a byte at a time still ends in time."""
+
+    deadline = 0.0
+
+    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no whole answer in time")
+        self.settimeout(left)
+        return super().recv_into(buffer, nbytes, flags)
+
+
+class _DockerConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket, the whole exchange within ``timeout``."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = _DeadlineSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.deadline = time.monotonic() + float(self.timeout)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def docker_name(path: str, container_id: str, timeout: float = DOCKER_TIMEOUT_S) -> str | None:
+    """The container's name as Docker's Engine API gives it (``Name`` of ``GET
+    /containers/<id>/json``, without its leading ``/``) on the socket at ``path``; None where
+    Docker knows no such container or answers without a usable name. OSError or HTTPException
+    where Docker cannot be asked.
+
+    The path has no API version: Docker then answers in its own (a pinned one is refused by
+    engines older or, since Docker 29, much newer than it), and every version has ``Name``."""
+    connection = _DockerConnection(path, timeout)
+    try:
+        connection.request("GET", f"/containers/{container_id}/json")
+        response = connection.getresponse()
+        body = response.read(MAX_DOCKER_ANSWER + 1)
+    finally:
+        connection.close()
+    if response.status != 200 or len(body) > MAX_DOCKER_ANSWER:
+        return None
+    try:
+        answer = json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    name = answer.get("Name") if isinstance(answer, dict) else None
+    if not isinstance(name, str):
+        return None
+    return clipped(name[1:] if name.startswith("/") else name) or None
+
+
+class DockerNames(Asker):
+    """Containers' names from Docker (`docker_name`), asked in a thread of its own (`Asker`);
+    where the socket is absent nothing is asked, and where Docker refuses or cannot answer a
+    container has no name."""
+
+    def __init__(
+        self,
+        path: str = DOCKER_SOCKET,
+        timeout: float = DOCKER_TIMEOUT_S,
+        stale_after: float = ASK_AGAIN_S,
+        first_wait: float = FIRST_WAIT_S,
+    ) -> None:
+        """``path``: Docker's socket."""
+        super().__init__("docker", stale_after, first_wait, MAX_CONTAINERS, DOCKER_BATCH)
+        self._path = path
+        self._timeout = timeout
+
+    def _can_ask(self) -> bool:
+        return os.path.exists(self._path)
+
+    def _answers(self, keys: list) -> dict | None:
+        try:
+            return {key: docker_name(self._path, key, self._timeout) for key in keys}
+        except (OSError, http.client.HTTPException):
+            return None
+
+
+# --- owners: who each GPU process works for, and the host's node -----------------------------
+
+
+class Owners:
+    """Who each GPU process works for as the host itself says it, with nothing installed on it:
+    its Slurm job (`SlurmJobs`), its Kubernetes pod (`KubePods`) and its Docker container's name
+    (`DockerNames`); and the host's own Slurm node (`SlurmNode`)."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        slurm: SlurmJobs | None = None,
+        pods: KubePods | None = None,
+        docker: DockerNames | None = None,
+        node: SlurmNode | None = None,
+    ) -> None:
+        """``env``: the environment Slurm's commands run in; a part given is used as it is."""
+        self.slurm = slurm or SlurmJobs(env)
+        self.pods = pods or KubePods()
+        self.docker = docker or DockerNames()
+        self.node = node or SlurmNode(env)
+
+    def annotate(self, processes: list[dict]) -> None:
+        """Add each process's ``pod`` and ``container_name`` (from its ``cgroup`` text)."""
+        found = [containers_in(p.get("cgroup")) for p in processes]
+        pods = self.pods.lookup({pod for pod, _ in found if pod is not None})
+        names = self.docker.lookup({docker for _, docker in found if docker is not None})
+        for index, process in enumerate(processes):  # no zip(strict=) in 3.8
+            pod, docker = found[index]
+            process["pod"] = None if pod is None else pods[pod]
+            process["container_name"] = None if docker is None else names.get(docker)
+
+    def reading(self, processes: list[dict]) -> dict[str, object]:
+        """A reading's owner fields: each process's pod and container name added, and the
+        reading's ``jobs`` and ``node``."""
+        self.annotate(processes)
+        return {"jobs": jobs_of(processes, self.slurm), "node": self.node.state()}
+
+    def close(self) -> None:
+        """Kill the Slurm calls in flight."""
+        self.slurm.close()
+        self.node.close()
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -416,9 +901,13 @@ class SimGpus:
     SM_MAX_MHZ = 1980.0
     MEMORY_CLOCK_MHZ = 2619.0
 
+    STARTED_AGO_S = 5400.0
+    """How long before the agent began its first process started; each next one 10 min later."""
+
     def __init__(self, count: int, host: str) -> None:
         self.count = count
         tag = sum(host.encode()) & 0xFFFF
+        began = time.time()
         self._static = [self._card(index, tag) for index in range(count)]
         self._processes = [
             {
@@ -428,8 +917,11 @@ class SimGpus:
                 "command": f"python train.py --rank {gpu}",
                 "cgroup": f"0::/system.slice/docker-{tag + gpu:064x}.scope\n",
                 "start_time": 1000 + gpu,
+                "started": round(began - self.STARTED_AGO_S + 600.0 * gpu, 2),
                 "kind": "compute",
                 "slurm_job": None,
+                "pod": None,
+                "container_name": f"train-rank{gpu}",
             }
             for gpu in range(min(2, count))
         ]
@@ -478,15 +970,27 @@ class SimGpus:
             gpus.append(gpu)
         processes = []
         for process in self._processes:
+            gpu = gpus[process["gpu"]]
             entry = dict(process)
-            entry["used_memory_mib"] = gpus[process["gpu"]]["memory_used_mib"]
+            entry["used_memory_mib"] = gpu["memory_used_mib"]
+            entry["load"] = self._load(gpu)
             processes.append(entry)
         return gpus, processes
+
+    @staticmethod
+    def _load(gpu: dict[str, object]) -> dict[str, object]:
+        """A process's load: all of its GPU's, the only process on it; no video."""
+        return {
+            **IDLE_LOAD,
+            "sm_pct": float(gpu["utilization_pct"]),
+            "memory_pct": float(gpu["memory_utilization_pct"]),
+        }
 
 
 # --- nvml: libnvidia-ml.so.1 through ctypes --------------------------------------------------
 
 NVML_SUCCESS = 0
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_INSUFFICIENT_SIZE = 7
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
@@ -547,6 +1051,59 @@ class _ProcessInfo(ctypes.Structure):
         ("gpuInstanceId", ctypes.c_uint),
         ("computeInstanceId", ctypes.c_uint),
     ]
+
+
+class _ProcessUtilization(ctypes.Structure):
+    """nvmlProcessUtilizationSample_t: one process's share of the GPU over one sampling period."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("timeStamp", ctypes.c_ulonglong),
+        ("smUtil", ctypes.c_uint),
+        ("memUtil", ctypes.c_uint),
+        ("encUtil", ctypes.c_uint),
+        ("decUtil", ctypes.c_uint),
+    ]
+
+
+PROCESS_LOAD_WINDOW_S = 1.0
+"""A process's load is its newest NVML utilization sample of this last stretch of time, as
+``nvidia-smi pmon`` shows the newest; a process with no sample in it used none of the GPU."""
+LOAD_SAMPLE_FIELDS = (
+    ("sm_pct", "smUtil"),
+    ("memory_pct", "memUtil"),
+    ("encoder_pct", "encUtil"),
+    ("decoder_pct", "decUtil"),
+)
+"""A ``load`` entry's fields, and the sample fields they come from."""
+IDLE_LOAD = {name: 0.0 for name, _ in LOAD_SAMPLE_FIELDS}
+
+
+def load_window_start(now: float) -> int:
+    """``lastSeenTimeStamp`` for a reading at ``now``: NVML's samples carry CPU time in
+    microseconds, and it returns only those newer than this."""
+    return int((now - PROCESS_LOAD_WINDOW_S) * 1_000_000)
+
+
+def newest_loads(samples: Iterable) -> dict[int, dict[str, float]]:
+    """Each pid's newest sample (ctypes or pynvml structs alike) as a ``load`` entry."""
+    newest: dict[int, object] = {}
+    for sample in samples:
+        known = newest.get(sample.pid)
+        if known is None or sample.timeStamp > known.timeStamp:
+            newest[sample.pid] = sample
+    return {
+        pid: {name: float(getattr(sample, field)) for name, field in LOAD_SAMPLE_FIELDS}
+        for pid, sample in newest.items()
+    }
+
+
+def load_of(pid: int, loads: dict[int, dict[str, float]] | None) -> dict[str, float] | None:
+    """A process's ``load``: its sample, idle where the GPU samples but has none of it, None
+    where the GPU gives no samples (MIG mode, vGPU, older GPUs)."""
+    if loads is None:
+        return None
+    return loads.get(pid, IDLE_LOAD)
 
 
 class Unavailable(RuntimeError):
@@ -747,28 +1304,51 @@ class NvmlDevice:
             "lost": self.lost,
         }
 
+    def _filled(self, struct, ask: Callable[[object, object], int]) -> tuple[int, list]:
+        """``ask(count, array)`` for a call that fills an array, asked again while the list
+        outgrows the array: (NVML's last answer, the entries filled)."""
+        count = ctypes.c_uint(0)
+        array = None
+        code = NVML_ERROR_GPU_IS_LOST
+        for _ in range(4):
+            if not self._usable:
+                return code, []
+            code = ask(ctypes.byref(count), array)
+            if code == NVML_ERROR_GPU_IS_LOST:
+                self.lost, self._usable = True, False
+            if code != NVML_ERROR_INSUFFICIENT_SIZE:
+                break
+            size = count.value + 8
+            array = (struct * size)()
+            count = ctypes.c_uint(size)
+        filled = list(array)[: count.value] if code == NVML_SUCCESS and array is not None else []
+        return code, filled
+
     def _running(self, kind: str) -> list[_ProcessInfo]:
-        """The _v3 call (or _v2, same struct), asked again while the list outgrows the array."""
+        """The _v3 call (or _v2, same struct)."""
         for version in ("_v3", "_v2"):
             name = f"nvmlDeviceGet{kind}RunningProcesses{version}"
-            count = ctypes.c_uint(0)
-            infos = None
-            for _ in range(4):
-                if not self._usable:
-                    return []
-                code = self._nvml.call(name, self._handle, ctypes.byref(count), infos)
-                if code == NVML_SUCCESS:
-                    return [] if infos is None else list(infos)[: count.value]
-                if code == NVML_ERROR_GPU_IS_LOST:
-                    self.lost, self._usable = True, False
-                if code != NVML_ERROR_INSUFFICIENT_SIZE:
-                    break
-                size = count.value + 8
-                infos = (_ProcessInfo * size)()
-                count = ctypes.c_uint(size)
+            code, infos = self._filled(
+                _ProcessInfo,
+                lambda count, array, name=name: self._nvml.call(name, self._handle, count, array),
+            )
             if code != NVML_ERROR_FUNCTION_NOT_FOUND:
-                return []
+                return infos
         return []
+
+    def _loads(self) -> dict[int, dict[str, float]] | None:
+        """Each process's newest utilization sample (`PROCESS_LOAD_WINDOW_S`); None where the
+        GPU gives none."""
+        since = ctypes.c_ulonglong(load_window_start(time.time()))
+        code, samples = self._filled(
+            _ProcessUtilization,
+            lambda count, array: self._nvml.call(
+                "nvmlDeviceGetProcessUtilization", self._handle, array, count, since
+            ),
+        )
+        if code == NVML_ERROR_NOT_FOUND:  # no process used the GPU in the window
+            return {}
+        return newest_loads(samples) if code == NVML_SUCCESS else None
 
     def processes(self) -> list[dict[str, object]]:
         """Compute and graphics processes, one entry per pid (kind compute+graphics if both)."""
@@ -789,8 +1369,9 @@ class NvmlDevice:
                         None if info.gpuInstanceId == NVML_NO_GPU_INSTANCE else info.gpuInstanceId
                     ),
                 }
+        loads = self._loads() if by_pid else None
         for pid, entry in by_pid.items():
-            entry.update(process_details(pid))
+            entry.update(process_details(pid), load=load_of(pid, loads))
         return list(by_pid.values())
 
 
@@ -950,13 +1531,14 @@ class Agent:
         self._sim: SimGpus | None = None
         self._nvml: Nvml | None = None
         self._runner: SmiRunner | None = None
-        self._slurm = SlurmJobs()
+        self._owners: Owners | None = None
         self.mode = self._choose_mode(options)
 
     def _choose_mode(self, options: argparse.Namespace) -> str:
         if options.mode == "sim":
             self._sim = SimGpus(options.gpus, socket.gethostname())
             return "sim"
+        self._owners = Owners()
         self._runner = SmiRunner(options.timeout, self._events)
         if options.mode in ("auto", "nvml"):
             try:
@@ -1030,7 +1612,8 @@ class Agent:
                 self._smi_done(*event[1:])
 
     def close(self) -> None:
-        self._slurm.close()
+        if self._owners is not None:
+            self._owners.close()
         if self._runner is not None:
             self._runner.close()
         if self._nvml is not None:
@@ -1053,10 +1636,21 @@ class Agent:
             self._smi_tick()
 
     def _send_reading(self, stamp: float, gpus: list[dict], processes: list[dict]) -> None:
-        jobs = jobs_of(processes, self._slurm)
         self._out.send(
-            "reading", seq=self._seq, time=stamp, gpus=gpus, processes=processes, jobs=jobs
+            "reading",
+            seq=self._seq,
+            time=stamp,
+            gpus=gpus,
+            processes=processes,
+            **self._owned(processes),
         )
+
+    def _owned(self, processes: list[dict]) -> dict[str, object]:
+        """The reading's ``jobs`` and ``node``, each process's pod and container name added; in
+        sim mode its processes say it all, and the host is no simulated rack's node."""
+        if self._owners is None:
+            return {"jobs": [], "node": None}
+        return self._owners.reading(processes)
 
     def _error(self, message: str) -> None:
         self._out.send("error", time=time.time(), message=clipped(" ".join(message.split())))
@@ -1105,7 +1699,7 @@ class Agent:
             apps_csv=outputs[_APPS_QUERY],
             apps_fields=apps_fields,
             processes=processes,
-            jobs=jobs_of(processes, self._slurm),
+            **self._owned(processes),
         )
 
     # --- commands --------------------------------------------------------------------------

@@ -13,10 +13,10 @@ import dataclasses
 import json
 import math
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from gpuconsole.clock import Clock, wall_clock
 from gpuconsole.model import (
@@ -24,8 +24,11 @@ from gpuconsole.model import (
     GpuProcess,
     GpuState,
     HostSnapshot,
+    KubePod,
     PcieLink,
+    ProcessLoad,
     RowRemap,
+    SchedulerNode,
     SlurmJob,
     Topology,
 )
@@ -339,12 +342,14 @@ class AgentStream:
         line.required_integer("seq")
         sent_at = line.number("time", required=True)
         extras = [_Fields(entry, "a process") for entry in line.list_of("processes")]
-        jobs = _Jobs(line)
+        notes: list[str] = []
+        jobs = _Jobs(line, notes)
         if line.has("gpu_csv"):
-            gpus, processes = _smi_reading(line, extras, jobs)
+            gpus, processes = _smi_reading(line, extras, jobs, notes)
         else:
             gpus = [_gpu(_Fields(entry, "a GPU")) for entry in line.list_of("gpus")]
-            processes = [_process(entry, jobs) for entry in extras]
+            processes = [_process(entry, jobs, notes) for entry in extras]
+        node = _added(notes, lambda: _node(line.fields("node")))
         snapshot = HostSnapshot(
             host=self.host,
             time=self._clock(),
@@ -354,8 +359,9 @@ class AgentStream:
             driver_version=hello.driver_version,
             cuda_version=hello.cuda_version,
             source=f"agent-{hello.mode}",
-            bad_values=len(jobs.notes),
-            bad_value_notes=tuple(jobs.notes[:MAX_NOTES]),
+            bad_values=len(notes),
+            bad_value_notes=tuple(notes[:MAX_NOTES]),
+            node=node,
         )
         return Reading(vetted(snapshot), sent_at)
 
@@ -476,31 +482,37 @@ def _container(process: _Fields) -> str | None:
     return None if cgroup is None else container_of(cgroup)
 
 
+_T = TypeVar("_T")
+
+
+def _added(notes: list[str], read: Callable[[], _T]) -> _T | None:
+    """What ``read`` decodes of an addition to a reading (owners, loads, the node), or None
+    with a note of why where it cannot: an addition costs only itself, never the reading."""
+    try:
+        return read()
+    except _Malformed as error:
+        notes.append(str(error))
+        return None
+
+
 class _Jobs:
     """A reading's ``jobs`` by id, for its processes to name (an older agent sends none).
 
     Slurm's details are an addition to a reading, not the reading: an entry that cannot be read
-    costs only itself, counted in the snapshot's bad values with a note of why, and the
-    processes in that job keep the job id alone."""
+    costs only itself, counted in the snapshot's bad values with a note of why in ``notes``,
+    and the processes in that job keep the job id alone."""
 
-    def __init__(self, line: _Fields) -> None:
-        self.notes: list[str] = []
+    def __init__(self, line: _Fields, notes: list[str]) -> None:
         self._jobs: dict[int, SlurmJob] = {}
-        if not line.has("jobs"):
-            return
-        try:
-            entries = line.list_of("jobs")
-        except _Malformed as error:
-            self.notes.append(str(error))
-            return
-        for entry in entries:
+        entries = _added(notes, lambda: line.list_of("jobs") if line.has("jobs") else [])
+        for entry in entries or ():
             try:
                 job = _slurm_job(_Fields(entry, "a Slurm job"))
             except _Malformed as error:
-                self.notes.append(str(error))
+                notes.append(str(error))
                 continue
             if job.job_id in self._jobs:
-                self.notes.append(f"Slurm job {job.job_id} is listed twice")
+                notes.append(f"Slurm job {job.job_id} is listed twice")
                 continue
             self._jobs[job.job_id] = job
 
@@ -519,9 +531,44 @@ def _slurm_job(job: _Fields) -> SlurmJob:
     return SlurmJob(job.required_integer("job_id"), *texts)
 
 
-def _process(process: _Fields, jobs: _Jobs) -> GpuProcess:
-    """An nvml- or sim-mode process entry."""
+def _pod(pod: _Fields | None) -> KubePod | None:
+    """A process's ``pod``: its uid, and what the kubelet's logs named of it."""
+    if pod is None:
+        return None
+    names = (pod.text(name) or None for name in ("namespace", "name", "container"))
+    return KubePod(pod.required_text("uid"), *names)
+
+
+def _load(load: _Fields | None) -> ProcessLoad | None:
+    """A process's ``load``; `vetted` checks each percentage's range."""
+    if load is None:
+        return None
+    return ProcessLoad(*(load.number(f.name) for f in dataclasses.fields(ProcessLoad)))
+
+
+def _node(node: _Fields | None) -> SchedulerNode | None:
+    """A reading's ``node``: the host's scheduler node and its state."""
+    if node is None:
+        return None
+    texts = (node.required_text(name) for name in ("scheduler", "name", "state"))
+    return SchedulerNode(*texts, reason=node.text("reason") or None)
+
+
+def _owned(process: _Fields, jobs: _Jobs, notes: list[str]) -> dict[str, Any]:
+    """What a process entry says of whose work it is, and since when: its job, pod and
+    container name, and its start in seconds since the epoch (``start_time``, in clock ticks
+    since boot, is only checked: older consoles read it)."""
     process.integer("start_time")
+    return {
+        "job": jobs.of(process),
+        "pod": _added(notes, lambda: _pod(process.fields("pod"))),
+        "container_name": _added(notes, lambda: process.text("container_name") or None),
+        "started": _added(notes, lambda: process.number("started")),
+    }
+
+
+def _process(process: _Fields, jobs: _Jobs, notes: list[str]) -> GpuProcess:
+    """An nvml- or sim-mode process entry."""
     return GpuProcess(
         pid=process.required_integer("pid"),
         gpu=process.required_integer("gpu"),
@@ -531,12 +578,13 @@ def _process(process: _Fields, jobs: _Jobs) -> GpuProcess:
         kind=process.text("kind") or "compute",
         container=_container(process),
         mig_instance=process.integer("mig_instance"),
-        job=jobs.of(process),
+        load=_added(notes, lambda: _load(process.fields("load"))),
+        **_owned(process, jobs, notes),
     )
 
 
 def _smi_reading(
-    line: _Fields, extras: list[_Fields], jobs: _Jobs
+    line: _Fields, extras: list[_Fields], jobs: _Jobs, notes: list[str]
 ) -> tuple[list[GpuState], list[GpuProcess]]:
     """An smi-mode reading: nvidia-smi's CSV parsed as a local nvidia-smi's would be, its
     processes joined by pid with what the agent read in /proc."""
@@ -552,13 +600,12 @@ def _smi_reading(
     for app in apps:
         extra = by_pid.get(app.pid)
         if extra is not None:
-            extra.integer("start_time")
             app = replace(
                 app,
                 user=extra.text("user"),
                 command=extra.text("command") or app.command,
                 container=_container(extra),
-                job=jobs.of(extra),
+                **_owned(extra, jobs, notes),
             )
         processes.append(app)
     return gpus, processes

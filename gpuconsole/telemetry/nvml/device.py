@@ -10,7 +10,16 @@ from typing import Any
 import psutil
 import pynvml
 
-from gpuconsole.model import EccCounts, GpuProcess, GpuState, MigInstance, PcieLink, RowRemap
+from gpuconsole.model import (
+    EccCounts,
+    GpuProcess,
+    GpuState,
+    MigInstance,
+    PcieLink,
+    ProcessLoad,
+    RowRemap,
+)
+from gpuconsole.telemetry.agent import load_of, load_window_start, newest_loads
 from gpuconsole.telemetry.containers import container_of_pid
 from gpuconsole.telemetry.nvml.mapping import (
     _REFUSED,
@@ -370,6 +379,21 @@ def _user_and_command(pid: int) -> tuple[str | None, str | None]:
         return _ask_psutil(process.username), command
 
 
+def _load_samples(handle: Handle) -> list[Any]:
+    """The GPU's process utilization samples of the agent's load window (`newest_loads` reads
+    them); none where no process used the GPU in it. One function, whatever the time, so that
+    `_Calls` remembers a GPU that does not sample processes."""
+    try:
+        return pynvml.nvmlDeviceGetProcessUtilization(handle, load_window_start(time.time()))
+    except pynvml.NVMLError_NotFound:
+        return []
+
+
+def _loads(calls: _Calls, handle: Handle) -> dict[int, dict[str, float]] | None:
+    samples = calls(_load_samples, handle)
+    return None if samples is None else newest_loads(samples)
+
+
 def _processes(
     calls: _Calls, gpu: int, handle: Handle, mig_instance: int | None = None
 ) -> list[GpuProcess]:
@@ -377,9 +401,11 @@ def _processes(
         calls(pynvml.nvmlDeviceGetComputeRunningProcesses, handle) or (),
         calls(pynvml.nvmlDeviceGetGraphicsRunningProcesses, handle) or (),
     )
+    loads = _loads(calls, handle) if running else None
     processes = []
     for pid, used, kind in running:
         user, command = _user_and_command(pid)
+        load = load_of(pid, loads)
         processes.append(
             GpuProcess(
                 pid=pid,
@@ -390,6 +416,7 @@ def _processes(
                 kind=kind,
                 container=container_of_pid(pid),
                 mig_instance=mig_instance,
+                load=None if load is None else ProcessLoad(**load),
             )
         )
     return processes

@@ -12,7 +12,7 @@ import pynvml
 from gpuconsole.clock import Clock, wall_clock
 from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, Topology, XidEvent
 from gpuconsole.telemetry import SourceError
-from gpuconsole.telemetry.jobs import LocalJobs
+from gpuconsole.telemetry.jobs import LocalOwners
 from gpuconsole.telemetry.kernel_log import read_kernel_xids
 from gpuconsole.telemetry.nvml.device import (
     _Calls,
@@ -72,7 +72,7 @@ class NvmlSource:
         self._host = host or socket.gethostname()
         self._clock = clock
         self._kernel_log = kernel_log
-        self._jobs = LocalJobs()
+        self._owners = LocalOwners()
         self._lock = threading.Lock()
         self._initialised = False
         self._count = 0
@@ -111,7 +111,7 @@ class NvmlSource:
                 xid_events=self._xid_events(),
                 source="nvml",
             )
-            return vetted(self._jobs.attach(snapshot))
+            return vetted(self._owners.attach(snapshot))
 
     def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
         return []

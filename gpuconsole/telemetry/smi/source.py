@@ -12,7 +12,7 @@ from dataclasses import replace
 from gpuconsole.clock import Clock, wall_clock
 from gpuconsole.model import HostSnapshot, Topology
 from gpuconsole.telemetry import SourceError
-from gpuconsole.telemetry.jobs import LocalJobs
+from gpuconsole.telemetry.jobs import LocalOwners
 from gpuconsole.telemetry.smi.dump import parse_xml
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
@@ -105,7 +105,7 @@ class SmiSource:
         self._clock = clock
         self._topology: Topology | None = None
         self._topology_read = False
-        self._jobs = LocalJobs()
+        self._owners = LocalOwners()
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -121,7 +121,7 @@ class SmiSource:
             raise SourceError(
                 f"{self._host}: unreadable nvidia-smi -q -x output: {error}"
             ) from None
-        return vetted(self._jobs.attach(replace(snapshot, topology=self._read_topology())))
+        return vetted(self._owners.attach(replace(snapshot, topology=self._read_topology())))
 
     def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
         return []
