@@ -137,8 +137,17 @@ def assert_round_trip(snapshot: HostSnapshot) -> None:
 
 
 def without_user(process: GpuProcess) -> GpuProcess:
-    """What the XML keeps of a process: not its user, its container nor its Slurm job."""
-    return dataclasses.replace(process, user=None, container=None, job=None)
+    """What nvidia-smi's XML keeps of a process: pid, type, name, memory; no owner, start, load."""
+    return dataclasses.replace(
+        process,
+        user=None,
+        container=None,
+        job=None,
+        pod=None,
+        container_name=None,
+        started=None,
+        load=None,
+    )
 
 
 @pytest.mark.parametrize("host", demo_rack(hosts=6, seed=7).hosts)
