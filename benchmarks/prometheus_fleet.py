@@ -1,10 +1,11 @@
 """The fleet screen on the Prometheus source: 1,000 hosts × 8 GPUs scraped by a real Prometheus.
 
     python benchmarks/prometheus_fleet.py [--hosts 1000] [--gpus 8] [--targets 10]
-        [--refresh 5] [--scrape-interval 15] [--warm-up 15] [--seconds 60]
+        [--refresh 5] [--scrape-interval 15] [--names classic|4.9] [--warm-up 15] [--seconds 60]
 
 A simulated dcgm-exporter serves ``--hosts`` hosts of ``--gpus`` GPUs, split over ``--targets``
-scrape targets, with dcgm-exporter's default metrics and labels (values move between scrapes).
+scrape targets, with dcgm-exporter's default metrics and labels (values move between scrapes),
+under the classic names or dcgm-exporter 4.9's (``--names``).
 A private Prometheus on 127.0.0.1 scrapes it every ``--scrape-interval`` seconds (15 s, a common
 production setting; dcgm-exporter itself collects every 30 s by default). The console runs in a
 process of its own, headless, on `PrometheusSource` with the same refresh: the Textual app with
@@ -15,7 +16,8 @@ Measured in the console's process, over ``--seconds`` after ``--warm-up``:
 
 - query → screen: from the start of a polling round (the instant query) to the first screen
   refresh after its readings were applied (store, health findings, alerts, fleet table);
-  split into the query (HTTP + JSON + snapshots, in the worker thread) and the rest;
+  split into the query (HTTP + JSON + snapshots, in the worker thread) and the rest; the slow
+  readings (each every 30 s, spread over the rounds) are part of the rounds' queries;
 - the console's CPU, as a share of one core (user + system, every thread), and its RSS.
 
 Prints a table, then one JSON line with every figure. Needs prometheus (Debian package).
@@ -47,6 +49,8 @@ sys.path.insert(0, str(REPO))
 import psutil  # noqa: E402
 from promserver import Prometheus, prometheus_available  # noqa: E402
 
+from gpuconsole.telemetry import dcgm  # noqa: E402
+
 # dcgm-exporter's default collectors (etc/default-counters.csv), with the kind of value each
 # takes: (name, low, high).
 METRICS = (
@@ -62,7 +66,7 @@ METRICS = (
     ("DCGM_FI_DEV_ENC_UTIL", 0, 0),
     ("DCGM_FI_DEV_DEC_UTIL", 0, 0),
     ("DCGM_FI_DEV_XID_ERRORS", 0, 0),
-    ("DCGM_FI_DEV_FB_FREE", 1000, 80000),
+    ("DCGM_FI_DEV_FB_FREE", 0, 0),  # the capacity less the used memory below
     ("DCGM_FI_DEV_FB_USED", 1000, 80000),
     ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 0, 1e6),
     ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 0, 0),
@@ -71,37 +75,76 @@ METRICS = (
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", 0, 0),
     ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 700, 700),
 )
+UNREAD_4_9 = {
+    "DCGM_FI_DEV_MEMORY_TEMP": ("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", 1.0),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1e-3),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("DCGM_FI_DEV_PCIE_REPLAY_TOTAL", 1.0),
+    "DCGM_FI_DEV_ENC_UTIL": ("DCGM_FI_DEV_ENC_UTIL_RATIO", 0.01),
+    "DCGM_FI_DEV_DEC_UTIL": ("DCGM_FI_DEV_DEC_UTIL_RATIO", 0.01),
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": ("DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", 1e6),
+}
+"""dcgm-exporter 4.9's names and units for the default metrics the console does not read (their
+4.9 names are DCGM 4.7's; only the number of series matters here). The console's own are in
+`gpuconsole.telemetry.dcgm`."""
+CAPACITY_MIB = 81559
+"""An H100 80GB HBM3's memory, as NVML counts it."""
 VARIANTS = 4
 """Pre-rendered expositions per target, served in turn, so the exporter costs little CPU."""
 
 
-def exposition(hosts: list[str], gpus: int, seed: int) -> bytes:
+def renamed(name: str, value: float, names: str) -> tuple[str, float]:
+    """A classic metric as dcgm-exporter of the generation ``names`` writes it."""
+    if names == "classic":
+        return name, value
+    metric = dcgm.BY_NAME.get(name)
+    if metric is not None:
+        return metric.current_name, value * metric.unit.divide / metric.unit.multiply
+    current, scale = UNREAD_4_9.get(name, (name, 1.0))
+    return current, value * scale
+
+
+def exposition(hosts: list[str], gpus: int, seed: int, names: str) -> bytes:
     rng = random.Random(seed)
+    host_label, driver_label = (
+        ("Hostname", "DCGM_FI_DRIVER_VERSION")
+        if names == "classic"
+        else ("hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION")
+    )
+    metrics = list(METRICS)
+    if names != "classic":  # collected by default since 4.9
+        metrics.append(("DCGM_FI_DEV_FB_TOTAL", CAPACITY_MIB, CAPACITY_MIB))
+    used = {(host, gpu): rng.randint(1000, 80000) for host in hosts for gpu in range(gpus)}
     lines = []
-    for name, low, high in METRICS:
+    for classic, low, high in metrics:
+        name = renamed(classic, 0, names)[0]
         lines.append(f"# HELP {name} simulated\n# TYPE {name} gauge")
         for host in hosts:
             for gpu in range(gpus):
                 labels = (
                     f'gpu="{gpu}",UUID="GPU-{host}-{gpu:02d}-0000-0000-000000000000",'
                     f'pci_bus_id="00000000:{16 + gpu:02X}:00.0",device="nvidia{gpu}",'
-                    f'modelName="NVIDIA H100 80GB HBM3",Hostname="{host}",'
-                    'DCGM_FI_DRIVER_VERSION="570.133.20"'
+                    f'modelName="NVIDIA H100 80GB HBM3",{host_label}="{host}",'
+                    f'{driver_label}="570.133.20"'
                 )
-                value = low if low == high else round(rng.uniform(low, high))
-                lines.append(f"{name}{{{labels}}} {value}")
+                if classic == "DCGM_FI_DEV_FB_USED":
+                    value = used[host, gpu]
+                elif classic == "DCGM_FI_DEV_FB_FREE":
+                    value = CAPACITY_MIB - used[host, gpu]
+                else:
+                    value = low if low == high else round(rng.uniform(low, high))
+                lines.append(f"{name}{{{labels}}} {renamed(classic, value, names)[1]!r}")
     return ("\n".join(lines) + "\n").encode()
 
 
 class SimulatedExporters:
     """``targets`` dcgm-exporters on one port, told apart by path: /t0/metrics, /t1/metrics..."""
 
-    def __init__(self, hosts: int, gpus: int, targets: int) -> None:
-        names = [f"gpu-{i:04d}" for i in range(hosts)]
+    def __init__(self, hosts: int, gpus: int, targets: int, names: str) -> None:
+        hostnames = [f"gpu-{i:04d}" for i in range(hosts)]
         per = -(-hosts // targets)
         self.bodies = [
             [
-                exposition(names[t * per : (t + 1) * per], gpus, seed=t * 100 + v)
+                exposition(hostnames[t * per : (t + 1) * per], gpus, t * 100 + v, names)
                 for v in range(VARIANTS)
             ]
             for t in range(targets)
@@ -153,6 +196,7 @@ def console_role(args: argparse.Namespace) -> None:
     from gpuconsole.alerts.engine import AlertEngine
     from gpuconsole.app import GpuConsoleApp
     from gpuconsole.screens.fleet import FleetScreen
+    from gpuconsole.telemetry import prometheus
     from gpuconsole.telemetry.prometheus import PrometheusSource
 
     rounds: list[dict[str, float]] = []
@@ -239,7 +283,10 @@ def console_role(args: argparse.Namespace) -> None:
                 "cpu_pct_of_core": 100 * cpu / wall,
                 "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "first_round_s": first_round_s,
-                "fleet_query": source._fleet_query,
+                "fleet_query": prometheus._readings_query(
+                    source._by, prometheus.FAST_READINGS, dcgm.HOST_STATE_METRIC
+                ),
+                "slow_query": prometheus._readings_query(source._by, prometheus.SLOW_READINGS),
             }
 
     print(json.dumps(asyncio.run(run())), flush=True)
@@ -303,6 +350,12 @@ def main() -> int:
     parser.add_argument(
         "--scrape-interval", type=float, default=15.0, help="Prometheus's (default: 15 s)"
     )
+    parser.add_argument(
+        "--names",
+        choices=dcgm.GENERATIONS,
+        default="classic",
+        help="whose metric names and labels the simulated dcgm-exporter writes (default: classic)",
+    )
     parser.add_argument("--warm-up", type=float, default=15.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--role", default="driver", help=argparse.SUPPRESS)
@@ -313,24 +366,28 @@ def main() -> int:
         return 0
     if not prometheus_available():
         raise SystemExit("prometheus is not installed (Debian package prometheus)")
-    exporters = SimulatedExporters(args.hosts, args.gpus, args.targets)
+    exporters = SimulatedExporters(args.hosts, args.gpus, args.targets, args.names)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="gpuconsole-bench-") as directory:
         prometheus = Prometheus(Path(directory), [], interval=args.scrape_interval)
         scrape_config(prometheus, exporters.port, args.targets, args.scrape_interval)
         prometheus.start()
         try:
-            prometheus.wait_for("DCGM_FI_DEV_GPU_UTIL", count=args.hosts * args.gpus, timeout=180)
+            utilization = renamed("DCGM_FI_DEV_GPU_UTIL", 0, args.names)[0]
+            prometheus.wait_for(utilization, count=args.hosts * args.gpus, timeout=180)
             server_process = psutil.Process(prometheus.pid)
             before, started = server_process.cpu_times(), time.perf_counter()
             result = measure_console(prometheus.url, args)
             after, wall = server_process.cpu_times(), time.perf_counter() - started
             server_cpu = (after.user - before.user) + (after.system - before.system)
             server = server_side(prometheus, str(result["fleet_query"]))
+            slow = server_side(prometheus, str(result["slow_query"]))
         finally:
             prometheus.stop()
             exporters.close()
     figures = {**summarize(result), **server, "load_before": load_before}
+    figures["slow_eval_median_s"] = slow["server_eval_median_s"]
+    figures["slow_answer_mib"] = slow["answer_mib"]
     figures["prometheus_cpu_pct_of_core"] = 100 * server_cpu / wall
     figures["load_after"] = os.getloadavg()[0]
     print(f"{result['hosts']} hosts, {result['gpus']} GPUs read, {result['live']} live, "
@@ -344,7 +401,9 @@ def main() -> int:
     )
     print(
         f"  query {figures['query_median_s']:.2f} s (Prometheus evaluates in "
-        f"{figures['server_eval_median_s']:.2f} s, answers {figures['answer_mib']:.1f} MiB), "
+        f"{figures['server_eval_median_s']:.2f} s, answers {figures['answer_mib']:.1f} MiB; "
+        f"all the slow readings, of which each round asks some: "
+        f"{figures['slow_eval_median_s']:.2f} s, {figures['slow_answer_mib']:.1f} MiB), "
         f"store and findings {figures['store_median_s']:.2f} s, alerts "
         f"{figures['alerts_median_s']:.2f} s, fleet table {figures['screen_median_s']:.2f} s; "
         f"the screen painted {figures['apply_median_s']:.2f} s after the query"

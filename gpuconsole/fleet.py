@@ -1,6 +1,7 @@
 """The polling round's one home: a fleet session owns the store, the alert engine, the onsets
-(when each finding and firing alert began) and, when the fleet is recorded, the recorder. The
-console, the headless recorder, the exporter and replay each drive one.
+(when each finding and firing alert began) and, when the fleet is recorded, the recorder; when
+alerts go to Alertmanager, it hands each round's alerts to the sender. The console, the headless
+recorder, the exporter and replay each drive one.
 
 A session is primed with the hosts' recent past, as far as the source can replay it: the store
 takes it, the alert engine replays it, and the onsets take it too, reading by reading, with the
@@ -18,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
+from gpuconsole.alerts.alertmanager import AlertmanagerSender
 from gpuconsole.alerts.engine import AlertEngine, findings_from
 from gpuconsole.alerts.rules import AlertRule
 from gpuconsole.poller import Reading, ingest, prime
@@ -38,7 +40,8 @@ class Round(NamedTuple):
 
 
 class FleetSession:
-    """Store, alerts, onsets and recording, fed together once per polling round (`take`).
+    """Store, alerts, onsets, recording and delivery to Alertmanager, fed together once per
+    polling round (`take`).
 
     Not thread-safe: one thread feeds and reads a session at a time (a session built on a
     worker thread is handed over whole, as the console's start and replay's jumps do).
@@ -51,6 +54,7 @@ class FleetSession:
         *,
         history_seconds: int = HISTORY_READINGS,
         recorder: Recorder | None = None,
+        alertmanager: AlertmanagerSender | None = None,
     ) -> None:
         self.store = FleetStore(hosts, history_length=history_seconds)
         self._findings = findings_from(self.store)
@@ -59,6 +63,9 @@ class FleetSession:
         self.onsets = OnsetTracker()
         """The episodes open now: when each finding and firing alert began."""
         self.recorder = recorder
+        self.alertmanager = alertmanager
+        """Where firing alerts go, if anywhere: it takes the alerts of each round that evaluates
+        them. Its owner (the command that made it) closes it; sessions may share one."""
         self._stated = False
         """Whether a round has stated every host's findings (the first one does)."""
         self._error_told = False
@@ -94,8 +101,10 @@ class FleetSession:
             self.onsets.update_alerts(self.alerts.now, self.alerts.active())
 
     def take(self, readings: Sequence[Reading], stop: threading.Event | None = None) -> Round:
-        """One round's readings into the store, the alerts (at the newest reading's time), the
-        onsets and the recording.
+        """One round's readings into the store, the alerts (at the newest reading's time) and
+        Alertmanager's sender, the onsets and the recording. A round without a reading does not
+        evaluate the alerts, and tells the sender nothing: its alerts then time out in
+        Alertmanager if no reading comes for their validity (`AlertmanagerSender.validity`).
 
         With ``stop`` (the headless recorder), waits for a recorder that is behind (see
         `Recorder.take`); a round taken once ``stop`` is set was cut short and goes no further
@@ -105,12 +114,20 @@ class FleetSession:
         snapshots = [r.snapshot for r in readings if r.snapshot is not None]
         if snapshots:
             self.alerts.evaluate(snapshots, max(s.time for s in snapshots))
+            if self.alertmanager is not None:
+                self.alertmanager.update(self.alerts.active(), self._gpu_uuid)
         if not self._stated:
             changed |= set(self.store.hosts)
         if stop is not None and stop.is_set():
             return Round(changed)
         self._stated = True
         return Round(changed, self._note(readings, changed | self._unrecorded, stop))
+
+    def _gpu_uuid(self, host: str, gpu: int) -> str | None:
+        """The UUID of a host's GPU in its latest reading, where known."""
+        snapshot = self.store.latest(host)
+        found = None if snapshot is None else snapshot.gpu(gpu)
+        return None if found is None else found.uuid
 
     def _note(
         self, readings: Sequence[Reading], changed: set[str], stop: threading.Event | None

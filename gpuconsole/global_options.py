@@ -27,7 +27,7 @@ SOURCE = DEMO | INVENTORY | {"prometheus", "refresh"}
 or this host and the inventory's hosts polled every --refresh seconds."""
 
 USES: dict[str, frozenset[str]] = {
-    "": SOURCE | {"theme", "alerts", "record", "no_record"},
+    "": SOURCE | {"theme", "alerts", "alertmanager", "record", "no_record"},
     "snapshot": DEMO | INVENTORY,
     "triage": frozenset(),
     "hosts check": INVENTORY,
@@ -39,10 +39,10 @@ USES: dict[str, frozenset[str]] = {
     "memory": INVENTORY,
     "bench history": frozenset(),
     "oom": DEMO | INVENTORY,
-    "exporter": SOURCE,
+    "exporter": SOURCE | {"alerts", "alertmanager"},
     "rules export": frozenset({"alerts"}),
     "grafana export": frozenset(),
-    "record": SOURCE | {"alerts", "record"},
+    "record": SOURCE | {"alerts", "alertmanager", "record"},
     "replay": frozenset({"theme", "alerts"}),
     "bundle": DEMO | INVENTORY | {"alerts", "record"},
 }

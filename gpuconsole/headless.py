@@ -1,8 +1,9 @@
 """Recording without the UI (`gpuconsole record`): the console's polling loop, headless.
 
 Each round reads every host into a fleet session, as the console does: the store, the alert
-engine, the onsets, and the recorder. Rounds are chained (the next starts one interval after the
-last one started, never overlapping), until ``stop`` is set or ``duration`` has passed.
+engine (and Alertmanager's sender, if alerts go there), the onsets, and the recorder. Rounds are
+chained (the next starts one interval after the last one started, never overlapping), until
+``stop`` is set or ``duration`` has passed.
 
 ``stop`` ends the loop at the next host read, not at the end of a round or of reading the hosts'
 recent past (a large simulated rack takes minutes for either): a signal's handler sets it and
@@ -15,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from gpuconsole.alerts.alertmanager import AlertmanagerSender
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.rules import AlertRule
 from gpuconsole.fleet import FleetSession
@@ -34,13 +36,19 @@ def record_fleet(
     stop: threading.Event | None = None,
     duration: float | None = None,
     on_round: Callable[[int], None] | None = None,
+    alertmanager: AlertmanagerSender | None = None,
 ) -> str | None:
-    """Record until stopped; returns why recording failed (one line), or None."""
+    """Record until stopped; returns why recording failed (one line), or None. Firing alerts
+    go to ``alertmanager`` too, where given (the caller closes it)."""
     stop = stop or threading.Event()
     watched = _Stoppable(source, stop)
     try:
         fleet = FleetSession(
-            watched.hosts, rules, history_seconds=HISTORY_READINGS, recorder=recorder
+            watched.hosts,
+            rules,
+            history_seconds=HISTORY_READINGS,
+            recorder=recorder,
+            alertmanager=alertmanager,
         )
         fleet.prime(watched, HISTORY_READINGS)
         began = time.monotonic()

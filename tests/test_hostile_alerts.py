@@ -35,6 +35,7 @@ from gpuconsole.alerts.rules import (
     rule_from_dict,
 )
 from gpuconsole.prom.rules_export import rules_yaml
+from gpuconsole.telemetry.dcgm import Dialect
 
 needs_promtool = pytest.mark.skipif(not promtool_available(), reason="promtool is not installed")
 fuzz = settings(max_examples=200, deadline=None, database=None)
@@ -592,7 +593,7 @@ def test_rules_export_exports_the_alerts_option(tmp_path: Path, where: str) -> N
     )
     result = run_cli(*argv)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == rules_yaml(load_rules(path))
+    assert result.stdout == rules_yaml(load_rules(path), Dialect.of("4.9"))  # the CLI's default
     assert '- alert: "Mine"' in result.stdout
 
 

@@ -38,6 +38,7 @@ GIVEN: dict[str, tuple[tuple[str, ...], object]] = {
     "theme": (("gpuconsole-light",), "gpuconsole-light"),
     "prometheus": (("http://prom:9090",), "http://prom:9090"),
     "alerts": (("alerts.toml",), Path("alerts.toml")),
+    "alertmanager": (("http://127.0.0.1:9093/",), ["http://127.0.0.1:9093"]),
     "record": (("rec.sqlite",), Path("rec.sqlite")),
     "no_record": ((), True),
     "demo": ((), True),

@@ -54,6 +54,7 @@ from gpuconsole.prom.exporter import (
     MAX_PROCESS_SERIES,
     PROCESS_LABELS,
     Exporter,
+    LabelNames,
     label_value,
 )
 from gpuconsole.telemetry import dcgm
@@ -130,7 +131,9 @@ def test_every_gpu_under_dcgm_exporter_names_and_labels(
         "device": "nvidia2",
         "modelName": "NVIDIA A100 80GB PCIe",
         "Hostname": "a100-01",
+        "DCGM_FI_DRIVER_VERSION": expected.driver_version,
     }
+    assert expected.driver_version
     assert util.value == gpu2.utilization_pct
     assert value("DCGM_FI_DEV_GPU_TEMP") == gpu2.temperature_c
     assert value("DCGM_FI_DEV_POWER_USAGE") == gpu2.power_w
@@ -145,6 +148,41 @@ def test_every_gpu_under_dcgm_exporter_names_and_labels(
     # Every GPU of every host appears once per metric.
     gpus = sum(len(rack.read(h, NOW).gpus) for h in rack.hosts)
     assert len(families["DCGM_FI_DEV_XID_ERRORS"]) == gpus
+
+
+def test_label_names_match_the_fleets_dcgm_exporter(rack: SimRack) -> None:
+    """``--host-label hostname --driver-label DCGM_FI_SYSTEM_DRIVER_VERSION``: every series names
+    the host and the driver as dcgm-exporter 4.9 does, and none keeps the classic names."""
+    names = LabelNames(host="hostname", driver="DCGM_FI_SYSTEM_DRIVER_VERSION")
+    served = Exporter(SimSource(rack, ManualClock(NOW)), names=names)
+    served.poll_once()
+    families = samples(generate_latest(served.registry).decode())
+    driver = rack.read("a100-01", NOW).driver_version
+    for name, found in families.items():
+        for sample in found:
+            assert "Hostname" not in sample.labels and "DCGM_FI_DRIVER_VERSION" not in sample.labels
+            if name.startswith("DCGM_FI_"):
+                assert set(sample.labels) == {*dcgm.GPU_LABELS, "hostname", names.driver}, name
+    (util,) = [
+        s
+        for s in families["DCGM_FI_DEV_GPU_UTIL"]
+        if s.labels["hostname"] == "a100-01" and s.labels["gpu"] == "0"
+    ]
+    assert util.labels["DCGM_FI_SYSTEM_DRIVER_VERSION"] == driver
+    assert {s.labels["hostname"] for s in families[dcgm.HOST_STATE_METRIC]} == set(rack.hosts)
+    assert {s.labels["hostname"] for s in families[dcgm.FINDINGS_METRIC]} <= set(rack.hosts)
+
+
+def test_cli_exporter_label_options() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["exporter", "--demo"])
+    assert (args.host_label, args.driver_label) == ("Hostname", "DCGM_FI_DRIVER_VERSION")
+    args = parser.parse_args(
+        ["exporter", "--host-label", "hostname", "--driver-label", "DCGM_FI_SYSTEM_DRIVER_VERSION"]
+    )
+    assert (args.host_label, args.driver_label) == ("hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["exporter", "--host-label", "node"])
 
 
 def test_a_lost_gpu_reports_its_xid_and_no_readings(exporter: tuple[Exporter, str]) -> None:

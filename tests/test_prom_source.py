@@ -1,6 +1,6 @@
-"""A real Prometheus on 127.0.0.1 scrapes the exporter (and a DCGM 4.6-style exporter); the
-console's Prometheus source reads the same values back, and the exported rules alert where the
-console's engine does."""
+"""A real Prometheus on 127.0.0.1 scrapes the exporter (and a static exposition in dcgm-exporter
+4.9's names and units); the console's Prometheus source reads the same values back, and the
+exported rules alert where the console's engine does."""
 
 from __future__ import annotations
 
@@ -17,18 +17,24 @@ from conftest import EPOCH, NOW
 from promserver import Prometheus, free_port, prometheus_available
 
 from gpuconsole import health
+from gpuconsole.alerts.config import merge_rules
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.engine import AlertEngine
 from gpuconsole.app import GpuConsoleApp
 from gpuconsole.clock import ManualClock
-from gpuconsole.model import HostState
+from gpuconsole.model import HostState, RowRemap
 from gpuconsole.poller import collect
 from gpuconsole.prom.exporter import Exporter
 from gpuconsole.prom.grafana import panels
-from gpuconsole.prom.rules_export import rules_yaml
+from gpuconsole.prom.rules_export import rule_expr, rules_yaml
 from gpuconsole.screens.fleet import FleetScreen
 from gpuconsole.telemetry import SourceError, dcgm
-from gpuconsole.telemetry.prometheus import PrometheusError, PrometheusSource
+from gpuconsole.telemetry.prometheus import (
+    FAST_READINGS,
+    SLOW_READINGS,
+    PrometheusError,
+    PrometheusSource,
+)
 from gpuconsole.telemetry.sim import HostUnreachable, SimRack, demo_rack
 from gpuconsole.widgets.keyed_table import KeyedTable
 
@@ -36,26 +42,41 @@ pytestmark = pytest.mark.skipif(
     not prometheus_available(), reason="prometheus is not installed (Debian package prometheus)"
 )
 
-# A node behind dcgm-exporter 4.9 with DCGM 4.6/4.7 names: renamed fields, base units, and the
-# lowercase `hostname` label of dcgm-exporter 4.8.3 and later.
-RENAMED_HOST = "dcgm46-node"
-_RENAMED_LABELS = (
+# A node behind dcgm-exporter 4.9.0 as its release notes document it: DCGM 4.7 names, clocks in
+# hertz, utilization as a 0-1 ratio, memory in bytes (with the capacity collected by default),
+# the `hostname` label of 4.8.3 and later and the DCGM_FI_SYSTEM_DRIVER_VERSION label; then
+# fields outside the default collector file, as a collector file that adds them names them.
+CURRENT_HOST = "dcgm49-node"
+_CURRENT_LABELS = (
     'gpu="{gpu}",UUID="GPU-0000000{gpu}-aaaa-bbbb-cccc-ddddeeeeffff",'
     'pci_bus_id="00000000:1{gpu}:00.0",device="nvidia{gpu}",modelName="NVIDIA H200",'
-    f'hostname="{RENAMED_HOST}",DCGM_FI_SYSTEM_DRIVER_VERSION="580.65.06"'
+    f'hostname="{CURRENT_HOST}",DCGM_FI_SYSTEM_DRIVER_VERSION="580.65.06"'
 )
-_RENAMED_VALUES = (
-    ("DCGM_FI_DEV_GPU_UTIL_RATIO", (0.87, 0.0)),
-    ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", (71, 38)),
-    ("DCGM_FI_DEV_BOARD_POWER_WATTS", (655.5, 80.25)),
-    ("DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS", (700, 700)),
-    ("DCGM_FI_DEV_FB_USED", (120000, 0)),
-    ("DCGM_FI_DEV_FB_FREE", (20000, 143000)),
-    ("DCGM_FI_DEV_FB_CAPACITY_BYTES", (143771 * 1048576, 143771 * 1048576)),
-    ("DCGM_FI_DEV_SM_CLOCK_HERTZ", (1980e6, 345e6)),
-    ("DCGM_FI_DEV_XID_ERROR", (0, 48)),
-    ("DCGM_FI_DEV_ROW_REMAP_PENDING", (0, 1)),
-    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", (0x4, 0x1)),
+MIB = 1048576
+_CURRENT_VALUES = (
+    ("DCGM_FI_DEV_SM_CLOCK_HERTZ", "gauge", (1980e6, 345e6)),
+    ("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", "gauge", (3201e6, 3201e6)),
+    ("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", "gauge", (62, 35)),
+    ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "gauge", (71, 38)),
+    ("DCGM_FI_DEV_BOARD_POWER_WATTS", "gauge", (655.5, 80.25)),
+    ("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "counter", (8.1e6, 2.2e6)),
+    ("DCGM_FI_DEV_PCIE_REPLAY_TOTAL", "counter", (0, 0)),
+    ("DCGM_FI_DEV_GPU_UTIL_RATIO", "gauge", (0.87, 0.0)),
+    ("DCGM_FI_DEV_MEMORY_UTIL_RATIO", "gauge", (0.42, 0.0)),
+    ("DCGM_FI_DEV_ENC_UTIL_RATIO", "gauge", (0.0, 0.0)),
+    ("DCGM_FI_DEV_DEC_UTIL_RATIO", "gauge", (0.0, 0.0)),
+    ("DCGM_FI_DEV_XID_ERROR", "gauge", (0, 48)),
+    ("DCGM_FI_DEV_FB_FREE_BYTES", "gauge", (20000 * MIB, 140000 * MIB)),
+    ("DCGM_FI_DEV_FB_USED_BYTES", "gauge", (120000 * MIB, 0)),
+    ("DCGM_FI_DEV_FB_RESERVED_BYTES", "gauge", (3771 * MIB, 3771 * MIB)),
+    ("DCGM_FI_DEV_FB_CAPACITY_BYTES", "gauge", (143771 * MIB, 143771 * MIB)),
+    ("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", "counter", (0, 0)),
+    ("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", "counter", (0, 2)),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILED", "gauge", (0, 0)),
+    # Outside the defaults:
+    ("DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS", "gauge", (700, 700)),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", (0, 1)),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", (0x4, 0x1)),
 )
 
 
@@ -65,16 +86,16 @@ under a loaded test run a one-second scrape can time out, and Prometheus then ma
 series of the exporter stale until the next scrape succeeds."""
 
 
-def renamed_exposition() -> str:
+def current_exposition() -> str:
     lines = []
-    for name, values in _RENAMED_VALUES:
-        lines.append(f"# TYPE {name} gauge")
+    for name, kind, values in _CURRENT_VALUES:
+        lines.append(f"# HELP {name} {name}.\n# TYPE {name} {kind}")
         lines += [
-            f"{name}{{{_RENAMED_LABELS.format(gpu=gpu)}}} {value}"
+            f"{name}{{{_CURRENT_LABELS.format(gpu=gpu)}}} {value!r}"
             for gpu, value in enumerate(values)
         ]
     # Mid-upgrade, GPU 1 also reports the classic name: that one is read.
-    lines.append(f"DCGM_FI_DEV_GPU_TEMP{{{_RENAMED_LABELS.format(gpu=1)}}} 39")
+    lines.append(f"DCGM_FI_DEV_GPU_TEMP{{{_CURRENT_LABELS.format(gpu=1)}}} 39")
     return "\n".join(lines) + "\n"
 
 
@@ -101,18 +122,18 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    """24 simulated hosts (every demo fault) frozen at NOW, and the DCGM 4.6-style node."""
+    """24 simulated hosts (every demo fault) frozen at NOW, and the dcgm-exporter 4.9 node."""
     rack = demo_rack(hosts=24, seed=7, epoch=EPOCH)
     exporter = Exporter(rack_source(rack))
     for _ in range(10):  # ten rounds without an answer: the exporter calls a100-04 down
         exporter.poll_once()
     _, port = exporter.listen("127.0.0.1", 0)
-    handler = type("Renamed", (_Static,), {"body": renamed_exposition().encode()})
+    handler = type("Current", (_Static,), {"body": current_exposition().encode()})
     static = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=static.serve_forever, daemon=True).start()
     directory = tmp_path_factory.mktemp("prometheus")
     rules = directory / "gpuconsole.rules.yml"
-    rules.write_text(rules_yaml(DEFAULT_RULES))
+    rules.write_text(rules_yaml(DEFAULT_RULES, dcgm.Dialect.of("classic")))
     prometheus = Prometheus(
         directory,
         [f"127.0.0.1:{port}", f"127.0.0.1:{static.server_address[1]}"],
@@ -152,8 +173,11 @@ def sim_readings(rack: SimRack) -> dict:
 def test_source_reads_back_what_the_exporter_served(fleet: Fleet) -> None:
     source = PrometheusSource(fleet.prometheus.url)
     expected = sim_readings(fleet.rack)
-    assert set(source.hosts) == set(fleet.rack.hosts) | {RENAMED_HOST}
-    exported = [m for m in dcgm.METRICS if m.field != "memory_free_mib"]
+    assert set(source.hosts) == set(fleet.rack.hosts) | {CURRENT_HOST}
+    read = set(FAST_READINGS + SLOW_READINGS) - {"memory_free_mib"}
+    exported = [m for m in dcgm.METRICS if m.field in read]
+    # All but free memory (it makes the total), the persistent ECC totals, the max memory clock.
+    assert len(exported) == len(dcgm.METRICS) - 4
     for host, want in expected.items():
         got = source.read(host)
         assert got.source == "prometheus"
@@ -188,26 +212,66 @@ def test_the_same_findings_where_the_metrics_allow(fleet: Fleet) -> None:
     assert [f.gpu for f in thermal] == [2]
 
 
-def test_renamed_metrics_and_the_hostname_label(fleet: Fleet) -> None:
+def test_dcgm_exporter_4_9_read_back(fleet: Fleet) -> None:
+    """A real Prometheus scraped the 4.9 exposition: every reading in the console's units."""
     source = PrometheusSource(fleet.prometheus.url)
-    node = source.read(RENAMED_HOST)
+    node = source.read(CURRENT_HOST)
     busy, idle = node.gpus
     assert busy.utilization_pct == pytest.approx(87.0)  # a ratio, as a percentage
     assert idle.utilization_pct == 0.0  # a real 0 stays 0
+    assert busy.memory_utilization_pct == pytest.approx(42.0)
+    assert busy.memory_used_mib == 120000  # bytes, as MiB
+    assert idle.memory_used_mib == 0
+    assert busy.memory_total_mib == 143771  # the capacity, in bytes, as MiB
+    assert busy.memory_fraction == pytest.approx(120000 / 143771)
     assert busy.temperature_c == 71
     assert idle.temperature_c == 39  # the classic name wins over DCGM_FI_DEV_GPU_TEMP_CELSIUS 38
     assert busy.power_w == 655.5
+    assert idle.power_w == 80.25
     assert busy.power_limit_w == 700
-    assert busy.memory_used_mib == 120000
-    assert busy.memory_total_mib == pytest.approx(143771)  # capacity in bytes, as MiB
-    assert busy.sm_clock_mhz == pytest.approx(1980)  # hertz, as MHz
+    assert busy.sm_clock_mhz == 1980  # hertz, as MHz
+    assert idle.sm_clock_mhz == 345
+    assert busy.memory_clock_mhz == 3201
     assert busy.throttle_reasons == ("sw-power-cap",)
+    assert idle.remap == RowRemap(correctable=2, uncorrectable=0, pending=True, failure=False)
     assert busy.name == "NVIDIA H200"
+    assert busy.uuid == "GPU-00000000-aaaa-bbbb-cccc-ddddeeeeffff"
     assert node.driver_version == "580.65.06"
-    assert busy.temperature_c is not None and busy.memory_utilization_pct is None  # not exported
     assert [(e.xid, e.gpu) for e in node.xid_events] == [(48, 1)]
     codes = {(f.code, f.gpu) for f in health.evaluate(node)}
     assert {("xid", 1), ("row-remap-pending", 1)} <= codes
+
+
+def test_rules_and_dashboard_for_4_9_select_the_4_9_node(fleet: Fleet) -> None:
+    """The PromQL exported for dcgm-exporter 4.9, asked of the real Prometheus: the conditions
+    hold on the 4.9 node where the console's readings say, in the console's units."""
+    rules = merge_rules(
+        {
+            "rule": [
+                {"name": name, "expr": expr, "severity": "info", "message": "{host}"}
+                for name, expr in (
+                    ("hot", "temperature_c > 70"),
+                    ("busy", "utilization_pct > 80 and sm_clock_mhz > 1900"),
+                    ("full", "memory_used_pct > 80"),
+                    ("near-cap", "power_w >= power_limit_w * 0.9"),
+                )
+            ]
+        },
+        "test",
+    )
+    by_name = {rule.name: rule for rule in rules}
+    for name in ("hot", "busy", "full", "near-cap"):
+        found = fleet.prometheus.query(rule_expr(by_name[name], dcgm.Dialect.of("4.9")))
+        assert [(s["metric"]["hostname"], s["metric"]["gpu"]) for s in found] == [
+            (CURRENT_HOST, "0")
+        ], name
+    used_pct = {
+        s["metric"]["gpu"]: float(s["value"][1])
+        for s in fleet.prometheus.query(
+            rule_expr(by_name["full"], dcgm.Dialect.of("4.9")).replace(" > 80", "")
+        )
+    }
+    assert used_pct == {"0": pytest.approx(120000 / 140000 * 100), "1": 0.0}
 
 
 def test_exported_rules_alert_where_the_console_does(fleet: Fleet) -> None:
@@ -220,7 +284,7 @@ def test_exported_rules_alert_where_the_console_does(fleet: Fleet) -> None:
     for sample in fleet.prometheus.wait_for('ALERTS{rule!=""}', count=len(ours)):
         labels = sample["metric"]
         host = labels.get("Hostname") or labels.get("hostname")
-        if host == RENAMED_HOST:
+        if host == CURRENT_HOST:
             continue
         assert labels["alertname"] in names
         gpu = labels.get("gpu")
@@ -229,12 +293,19 @@ def test_exported_rules_alert_where_the_console_does(fleet: Fleet) -> None:
     assert theirs == ours
 
 
-def test_dashboard_queries_return_data(fleet: Fleet) -> None:
+@pytest.mark.parametrize("generation", ["classic", "4.9", "both"])
+def test_dashboard_queries_return_data(fleet: Fleet, generation: str) -> None:
     fleet.prometheus.wait_for('ALERTS{alertstate="firing"}')
-    for panel in panels():
+    for panel in panels(dcgm.Dialect.of(generation)):
         for expr, _legend in panel.targets:
             result = fleet.prometheus.query(expr.replace("$host", ".*"))
             assert result, f"{panel.title}: {expr}"
+    one_host = panels(dcgm.Dialect.of(generation))[0].targets[0][0].replace("$host", "a100-01")
+    hosts = {
+        s["metric"].get("Hostname") or s["metric"].get("hostname")
+        for s in fleet.prometheus.query(one_host)
+    }
+    assert hosts == ({"a100-01"} if generation != "4.9" else set())
 
 
 async def test_console_on_the_prometheus_source(fleet: Fleet) -> None:

@@ -52,6 +52,9 @@ class Alert:
     """When the condition began to hold (epoch seconds, readings' time)."""
     message: str
     labels: tuple[tuple[str, str], ...] = ()
+    remedy: str = ""
+    """What to do: the remediation of the finding a findings rule matched; empty for a
+    condition rule, which names no remedy."""
 
     @property
     def key(self) -> AlertKey:
@@ -68,6 +71,7 @@ class _Match:
     value: float | None
     severity: Severity | None = None
     detail: str = ""
+    remedy: str = ""
 
 
 FindingsOf = Callable[[HostSnapshot], Sequence[Finding]]
@@ -228,6 +232,7 @@ class AlertEngine:
             since=since,
             message=rule.render(host, match.gpu, match.value, match.detail),
             labels=rule.labels,
+            remedy=match.remedy,
         )
 
     def _host_matches(self, snapshot: HostSnapshot) -> list[list[_Match]]:
@@ -269,7 +274,7 @@ def _finding_matches(rule: AlertRule, findings: Sequence[Finding]) -> list[_Matc
         known = worst.get(finding.gpu)
         if known is None or finding.severity > known.severity:
             worst[finding.gpu] = finding
-    return [_Match(gpu, None, f.severity, f.message) for gpu, f in worst.items()]
+    return [_Match(gpu, None, f.severity, f.message, f.remediation) for gpu, f in worst.items()]
 
 
 def _health_once_per_snapshot() -> FindingsOf:

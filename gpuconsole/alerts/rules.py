@@ -33,7 +33,9 @@ PLACEHOLDERS = {
 }
 _NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_RESERVED_LABELS = frozenset({"alertname", "severity", "rule", "host", "gpu"})
+_RESERVED_LABELS = frozenset({"alertname", "severity", "rule", "host", "gpu", "Hostname", "UUID"})
+"""Labels the console sets on every alert it exports or sends (`gpuconsole.alerts.alertmanager`):
+a rule's own label of one of these names would make one alert of every host's or GPU's."""
 _DURATION = re.compile(
     r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?"
     r"(?:([0-9]+)ms)?"
@@ -70,7 +72,7 @@ class AlertRule:
     @property
     def alert_name(self) -> str:
         """As a Prometheus alert name: ``gpu-temperature-high`` → ``GpuTemperatureHigh``."""
-        return "".join(part.capitalize() for part in self.name.split("-"))
+        return alert_name(self.name)
 
     def render(self, host: str, gpu: int | None, value: float | None, detail: str = "") -> str:
         """The alert's message for one host or GPU."""
@@ -80,6 +82,12 @@ class AlertRule:
             value=_Value(value),
             detail=detail,
         )
+
+
+def alert_name(rule: str) -> str:
+    """A rule's name as Prometheus's alert (``alertname``) names it: ``gpu-temperature-high`` →
+    ``GpuTemperatureHigh``, in the exported rules and in what the console sends Alertmanager."""
+    return "".join(part.capitalize() for part in rule.split("-"))
 
 
 class _Value:

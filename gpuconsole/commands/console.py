@@ -10,8 +10,14 @@ from typing import TYPE_CHECKING
 
 from gpuconsole import paths
 from gpuconsole.commands.exits import Refused
-from gpuconsole.commands.options import add_demo_options, add_inventory_options, positive_float
-from gpuconsole.commands.sources import alert_rules, close_source, console_source
+from gpuconsole.commands.options import (
+    add_alertmanager_option,
+    add_demo_options,
+    add_inventory_options,
+    alertmanager_settings,
+    positive_float,
+)
+from gpuconsole.commands.sources import alerts_config, close_source, console_source
 
 if TYPE_CHECKING:
     from gpuconsole.record.recorder import Recorder
@@ -48,6 +54,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="alert rules file (default: $GPUCONSOLE_ALERTS, else alerts.toml in the XDG "
         "config dir)",
     )
+    add_alertmanager_option(parser)
     parser.add_argument(
         "--record",
         type=Path,
@@ -62,29 +69,36 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Textual is imported here, not at the top: scripts running a subcommand never load it.
+    from gpuconsole.alerts.alertmanager import AlertmanagerSender
     from gpuconsole.app import GpuConsoleApp
     from gpuconsole.commands.options import theme_of
     from gpuconsole.record.schema import RecordingError
 
     theme = theme_of(args)
-    rules = alert_rules(args)
+    config = alerts_config(args)
+    delivery = alertmanager_settings(args, config.alertmanager)
     source, label = console_source(args)
     try:
         recorder = console_recorder(args, label)
     except RecordingError as error:
         close_source(source)
         raise Refused(str(error)) from None
+    # The alerts screen says when alerts are not delivered: nothing is printed under the UI.
+    alertmanager = None if delivery is None else AlertmanagerSender(delivery, interval=args.refresh)
     app = GpuConsoleApp(
         source,
         label=label,
         refresh=args.refresh,
         theme=theme,
-        alert_rules=rules,
+        alert_rules=config.rules,
         recorder=recorder,
+        alertmanager=alertmanager,
     )
     try:
         app.run()
     finally:
+        if alertmanager is not None:
+            alertmanager.close()
         if recorder is not None:
             recorder.close()
         close_source(source)

@@ -27,3 +27,10 @@ def fail(message: str, code: int = EXIT_UNREADABLE) -> int:
     """Print ``message`` as gpuconsole's one line on stderr; return ``code``."""
     print(f"gpuconsole: {message}", file=sys.stderr)
     return code
+
+
+def say(line: str) -> None:
+    """A line of news on stderr, where a daemon's log takes it (the recorder and the exporter:
+    what they serve or record, and, from a sending thread, when alerts stop and start reaching
+    Alertmanager)."""
+    print(f"gpuconsole: {line}", file=sys.stderr, flush=True)

@@ -1,5 +1,6 @@
 """`gpuconsole rules export` and `gpuconsole grafana export`: the console's alert rules as a
-Prometheus rules file, and a Grafana dashboard, over dcgm-exporter's metrics."""
+Prometheus rules file, and a Grafana dashboard, over dcgm-exporter's metrics as a named
+generation of dcgm-exporter names them (or both generations)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,20 @@ def add(commands: Subcommands) -> None:
             "-o", "--output", type=Path, metavar="FILE", help="write here (default: stdout)"
         )
         export.add_argument(
+            "--dcgm-exporter",
+            choices=(*dcgm.GENERATIONS, "both"),
+            default=dcgm.CURRENT,
+            metavar="GENERATION",
+            help=f"whose metric names: {dcgm.CURRENT} (default: dcgm-exporter {dcgm.CURRENT} and "
+            "later, base units), classic (dcgm-exporter 4.8 and before, gpuconsole exporter) "
+            "or both (each reading under either name, joined with PromQL's or)",
+        )
+        export.add_argument(
             "--host-label",
             choices=dcgm.HOST_LABELS,
-            default=dcgm.HOST_LABEL,
-            help="the host's label: Hostname (dcgm-exporter before 4.8.3, gpuconsole exporter) "
-            "or hostname (dcgm-exporter 4.8.3 and later)",
+            help="the host's label: Hostname (dcgm-exporter before 4.8.3, gpuconsole exporter's "
+            "default) or hostname (4.8.3 and later); default: hostname for 4.9, either for "
+            "classic and both",
         )
         if name == "rules":
             # SUPPRESS: when not given here, args.alerts stays what `gpuconsole --alerts FILE`
@@ -60,13 +70,17 @@ def run_rules_export(args: argparse.Namespace) -> int:
         rules = load_rules(args.alerts)
     except RuleError as error:
         return fail(str(error), EXIT_BAD_INPUT)
-    return _write(args.output, rules_yaml(rules, args.host_label))
+    return _write(args.output, rules_yaml(rules, _dialect(args)))
 
 
 def run_grafana_export(args: argparse.Namespace) -> int:
     from gpuconsole.prom.grafana import dashboard_json
 
-    return _write(args.output, dashboard_json(args.host_label))
+    return _write(args.output, dashboard_json(_dialect(args)))
+
+
+def _dialect(args: argparse.Namespace) -> dcgm.Dialect:
+    return dcgm.Dialect.of(args.dcgm_exporter, args.host_label)
 
 
 def _write(output: Path | None, text: str) -> int:

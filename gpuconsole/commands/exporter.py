@@ -1,5 +1,7 @@
 """`gpuconsole exporter`: /metrics for Prometheus, every watched host's GPUs under dcgm-exporter's
-names, plus the console's findings and host states; serves until Ctrl+C or SIGTERM."""
+names, plus the console's findings and host states; serves until Ctrl+C or SIGTERM. Given
+--alertmanager, it evaluates the alert rules too and sends their firing alerts there (only then:
+where Prometheus scrapes it, Prometheus evaluates the exported rules and sends their alerts)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,15 @@ import threading
 from types import FrameType
 
 from gpuconsole.commands import Subcommands
-from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail
-from gpuconsole.commands.options import add_demo_options, add_inventory_options
-from gpuconsole.commands.sources import close_source, console_source
+from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail, say
+from gpuconsole.commands.options import (
+    add_alertmanager_option,
+    add_demo_options,
+    add_inventory_options,
+    alertmanager_settings,
+)
+from gpuconsole.commands.sources import alerts_config, close_source, console_source
+from gpuconsole.telemetry import dcgm
 
 DEFAULT_PORT = 9400
 """dcgm-exporter's port: Prometheus scrape configs written for it work unchanged."""
@@ -43,21 +51,56 @@ def add(commands: Subcommands) -> None:
         metavar="SECONDS",
         help="seconds between readings of the hosts (default: 1)",
     )
+    exporter.add_argument(
+        "--host-label",
+        choices=dcgm.HOST_LABELS,
+        default=dcgm.HOST_LABEL,
+        help="the host's label: Hostname (default, dcgm-exporter before 4.8.3) or hostname "
+        "(dcgm-exporter 4.8.3 and later), to match the fleet's dcgm-exporter",
+    )
+    exporter.add_argument(
+        "--driver-label",
+        choices=dcgm.DRIVER_LABELS,
+        default=dcgm.DRIVER_LABEL,
+        help="the driver version's label: DCGM_FI_DRIVER_VERSION (default, dcgm-exporter before "
+        "4.9) or DCGM_FI_SYSTEM_DRIVER_VERSION (4.9 and later)",
+    )
     add_demo_options(exporter)
     add_inventory_options(exporter)
+    add_alertmanager_option(exporter)
     exporter.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted (Ctrl+C, SIGTERM)."""
-    from gpuconsole.prom.exporter import Exporter
+    from gpuconsole.alerts.alertmanager import AlertmanagerSender
+    from gpuconsole.prom.exporter import Exporter, LabelNames
 
     if not 0 <= args.port <= 65535:
         return fail(f"--port {args.port}: not a port number", EXIT_BAD_INPUT)
     if not args.refresh > 0:
         return fail(f"--refresh {args.refresh}: not a positive number of seconds", EXIT_BAD_INPUT)
+    if args.alerts is not None and not args.alertmanager:
+        return fail(
+            "--alerts: the exporter evaluates alert rules only to send their alerts to "
+            "--alertmanager (Prometheus evaluates `gpuconsole rules export`'s)",
+            EXIT_BAD_INPUT,
+        )
+    config = alerts_config(args) if args.alertmanager else None
+    delivery = None if config is None else alertmanager_settings(args, config.alertmanager)
     source, _label = console_source(args)
-    exporter = Exporter(source, refresh=args.refresh)
+    alertmanager = None
+    if delivery is not None:
+        say(f"firing alerts go to Alertmanager at {', '.join(delivery.urls)}")
+        alertmanager = AlertmanagerSender(delivery, interval=args.refresh, log=say)
+    names = LabelNames(host=args.host_label, driver=args.driver_label)
+    exporter = Exporter(
+        source,
+        refresh=args.refresh,
+        names=names,
+        rules=() if config is None else config.rules,
+        alertmanager=alertmanager,
+    )
     try:
         try:
             address, port = exporter.listen(args.address, args.port)
@@ -84,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         exporter.run(stop)
     finally:
         exporter.close()
+        if alertmanager is not None:
+            alertmanager.close()
         close_source(source)
     return 0
 

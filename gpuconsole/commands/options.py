@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuconsole.commands.exits import EXIT_BAD_INPUT, Refused
+
+if TYPE_CHECKING:
+    from gpuconsole.alerts.alertmanager import AlertmanagerSettings
 
 MAX_DEMO_HOSTS = 512
 """The most simulated hosts a demo rack has: each keeps about 0.9 MB of recent readings in the
@@ -26,6 +31,43 @@ def add_inventory_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the hosts.toml to read (default: $GPUCONSOLE_INVENTORY, else the XDG config dir)",
     )
+
+
+def add_alertmanager_option(parser: argparse.ArgumentParser) -> None:
+    """``--alertmanager URL``, as often as there are Alertmanagers (see
+    `alertmanager_settings`)."""
+    parser.add_argument(
+        "--alertmanager",
+        action="append",
+        type=_alertmanager_url,
+        metavar="URL",
+        help="send firing alerts to this Alertmanager (its base URL, like http://am:9093; give "
+        "each member of a cluster); replaces the alerts file's [alertmanager] urls",
+    )
+
+
+def _alertmanager_url(text: str) -> str:
+    from gpuconsole.alerts.alertmanager import alertmanager_url
+
+    try:
+        return alertmanager_url(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def alertmanager_settings(
+    args: argparse.Namespace, settings: AlertmanagerSettings
+) -> AlertmanagerSettings | None:
+    """Where firing alerts go: --alertmanager's URLs, else the alerts file's, with the file's
+    resend and timeout either way; None where there is no URL."""
+    from gpuconsole.alerts.alertmanager import MAX_URLS
+
+    urls = tuple(dict.fromkeys(args.alertmanager)) if args.alertmanager else settings.urls
+    if not urls:
+        return None
+    if len(urls) > MAX_URLS:
+        raise Refused(f"--alertmanager: {len(urls)} URLs, more than {MAX_URLS}", EXIT_BAD_INPUT)
+    return replace(settings, urls=urls)
 
 
 def add_demo_options(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -13,9 +12,14 @@ from typing import Any
 
 from gpuconsole import paths
 from gpuconsole.commands import Subcommands
-from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail
-from gpuconsole.commands.options import add_demo_options, add_inventory_options
-from gpuconsole.commands.sources import alert_rules, close_source, console_source
+from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail, say
+from gpuconsole.commands.options import (
+    add_alertmanager_option,
+    add_demo_options,
+    add_inventory_options,
+    alertmanager_settings,
+)
+from gpuconsole.commands.sources import alerts_config, close_source, console_source
 from gpuconsole.record.retention import Retention, Tier, parse_duration
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -62,6 +66,7 @@ def add(commands: Subcommands) -> None:
     record.add_argument(
         "--duration", type=_duration, metavar="DURATION", help="stop after this long"
     )
+    add_alertmanager_option(record)
     add_demo_options(record)
     add_inventory_options(record)
     record.set_defaults(run=run)
@@ -113,12 +118,14 @@ class _SignalStop:
 
 
 def _record(args: argparse.Namespace, path: Path, retention: Retention, stop: _SignalStop) -> int:
+    from gpuconsole.alerts.alertmanager import AlertmanagerSender
     from gpuconsole.headless import record_fleet
     from gpuconsole.record.recorder import Recorder
     from gpuconsole.record.schema import RecordingError
     from gpuconsole.record.when import stamp
 
-    rules = alert_rules(args)
+    config = alerts_config(args)
+    delivery = alertmanager_settings(args, config.alertmanager)
     source, label = console_source(args)
     try:
         try:
@@ -126,33 +133,34 @@ def _record(args: argparse.Namespace, path: Path, retention: Retention, stop: _S
         except RecordingError as error:
             return fail(str(error), EXIT_UNREADABLE)
         hosts = len(source.hosts)
-        print(
-            f"gpuconsole: recording {hosts} host{'s' if hosts != 1 else ''} ({label}) into "
-            f"{path} every {args.refresh:g} s (Ctrl+C stops)",
-            file=sys.stderr,
-            flush=True,
+        say(
+            f"recording {hosts} host{'s' if hosts != 1 else ''} ({label}) into "
+            f"{path} every {args.refresh:g} s (Ctrl+C stops)"
         )
+        alertmanager = None
+        if delivery is not None:
+            say(f"firing alerts go to Alertmanager at {', '.join(delivery.urls)}")
+            alertmanager = AlertmanagerSender(delivery, interval=args.refresh, log=say)
         try:
             problem = record_fleet(
                 source,
                 recorder,
-                rules,
+                config.rules,
                 interval=args.refresh,
                 stop=stop.event,
                 duration=args.duration,
+                alertmanager=alertmanager,
             )
         finally:
+            if alertmanager is not None:
+                alertmanager.close()
             recorder.close()
         if problem is not None:
             return fail(problem, EXIT_UNREADABLE)
         if stop.by is not None:
             until = recorder.recorded_until
             held = "no readings yet" if until is None else f"readings until {stamp(until)}"
-            print(
-                f"gpuconsole: stopped by {stop.by}: {path} holds {held}",
-                file=sys.stderr,
-                flush=True,
-            )
+            say(f"stopped by {stop.by}: {path} holds {held}")
     finally:
         close_source(source)
     return 0

@@ -15,6 +15,7 @@ from gpuconsole import paths
 from gpuconsole.commands.exits import EXIT_BAD_INPUT, Refused
 
 if TYPE_CHECKING:
+    from gpuconsole.alerts.config import AlertsConfig
     from gpuconsole.alerts.rules import AlertRule
     from gpuconsole.hosts.inventory import HostEntry, Inventory
     from gpuconsole.hosts.targets import Target
@@ -171,10 +172,15 @@ def snapshot_of(args: argparse.Namespace) -> HostSnapshot:
 
 def alert_rules(args: argparse.Namespace) -> tuple[AlertRule, ...]:
     """The built-in alert rules changed by the user's alerts file (--alerts), if any."""
-    from gpuconsole.alerts.config import load_rules
+    return alerts_config(args).rules
+
+
+def alerts_config(args: argparse.Namespace) -> AlertsConfig:
+    """The user's alerts file (--alerts), if any: the rules, and where their alerts go."""
+    from gpuconsole.alerts.config import load_config
     from gpuconsole.alerts.rules import RuleError
 
     try:
-        return load_rules(args.alerts)
+        return load_config(args.alerts)
     except RuleError as error:
         raise Refused(str(error), code=EXIT_BAD_INPUT) from None

@@ -2,10 +2,12 @@
 them, plus the console's own findings and host states.
 
 Metric and label names are dcgm-exporter's (see `gpuconsole.telemetry.dcgm`), so dashboards
-and rules written for it work unchanged. Two deliberate differences: dcgm-exporter declares
-its error totals (ECC, remapped rows) as counters without the ``_total`` suffix the exposition
-format expects; here they are gauges, which queries read the same way. And a reading the GPU
-does not report is left out rather than written as 0.
+and rules written for it work unchanged: the classic metric names, and the host and driver-version
+labels as the fleet's own dcgm-exporter names them (`LabelNames`: ``Hostname`` or ``hostname``,
+``DCGM_FI_DRIVER_VERSION`` or ``DCGM_FI_SYSTEM_DRIVER_VERSION``). Two deliberate differences:
+dcgm-exporter declares its error totals (ECC, remapped rows) as counters without the ``_total``
+suffix the exposition format expects; here they are gauges, which queries read the same way.
+And a reading the GPU does not report is left out rather than written as 0.
 
 Beside them, the console's own series: findings, host states, and the GPU processes of each host
 (``gpuconsole_process_*``), labelled with whose they are (user, Slurm job, pod, container) but
@@ -15,7 +17,8 @@ its processes, the most memory first, and label values are cut to `MAX_LABEL_CHA
 
 Polling runs in its own thread into a fleet session without alert rules: Prometheus evaluates
 the console's rules itself (``gpuconsole rules export`` writes them) over the series served
-here. A scrape only formats what the session's store holds. Scrapes are served a thread each,
+here. Only an exporter told to send alerts to Alertmanager (``--alertmanager``) evaluates them
+too. A scrape only formats what the session's store holds. Scrapes are served a thread each,
 by prometheus_client's WSGI app.
 """
 
@@ -25,6 +28,7 @@ import socket
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -33,6 +37,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpuconsole.alerts.alertmanager import AlertmanagerSender
+from gpuconsole.alerts.rules import AlertRule
 from gpuconsole.fleet import FleetSession
 from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, HostState
 from gpuconsole.poller import collect
@@ -149,8 +155,24 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def gpu_labels(host: str, gpu: GpuState) -> list[str]:
-    """dcgm-exporter's label values for one GPU, in `dcgm.GPU_LABELS` order."""
+@dataclass(frozen=True, slots=True)
+class LabelNames:
+    """The names of the host and driver-version labels, chosen to match a fleet's dcgm-exporter:
+    ``Hostname`` before 4.8.3, ``hostname`` since; ``DCGM_FI_DRIVER_VERSION`` before 4.9,
+    ``DCGM_FI_SYSTEM_DRIVER_VERSION`` since (see `gpuconsole.telemetry.dcgm`)."""
+
+    host: str = dcgm.HOST_LABEL
+    driver: str = dcgm.DRIVER_LABEL
+
+    @property
+    def gpu(self) -> tuple[str, ...]:
+        """Every GPU series' labels, in dcgm-exporter's order."""
+        return (*dcgm.GPU_LABELS, self.host, self.driver)
+
+
+def gpu_labels(host: str, gpu: GpuState, driver: str | None = None) -> list[str]:
+    """dcgm-exporter's label values for one GPU, in `LabelNames.gpu` order (a driver version
+    the host did not report is empty, which Prometheus reads as absent)."""
     return [
         str(gpu.index),
         gpu.uuid or "",
@@ -158,6 +180,7 @@ def gpu_labels(host: str, gpu: GpuState) -> list[str]:
         f"nvidia{gpu.index}",
         gpu.name or "",
         host,
+        label_value(driver),
     ]
 
 
@@ -208,9 +231,11 @@ def exported_processes(processes: Iterable[GpuProcess]) -> list[GpuProcess]:
     return list(kept.values())
 
 
-def process_families() -> list[GaugeMetricFamily]:
-    """An empty family for each of `PROCESS_METRICS`, in its order."""
-    return [GaugeMetricFamily(m.name, m.help, labels=PROCESS_LABELS) for m in PROCESS_METRICS]
+def process_families(host_label: str = dcgm.HOST_LABEL) -> list[GaugeMetricFamily]:
+    """An empty family for each of `PROCESS_METRICS`, in its order, the host under
+    ``host_label``."""
+    labels = (host_label, *PROCESS_LABELS[1:])
+    return [GaugeMetricFamily(m.name, m.help, labels=labels) for m in PROCESS_METRICS]
 
 
 def add_processes(families: Sequence[GaugeMetricFamily], host: str, snapshot: HostSnapshot) -> None:
@@ -226,9 +251,12 @@ def add_processes(families: Sequence[GaugeMetricFamily], host: str, snapshot: Ho
 class FleetCollector(Collector):
     """Formats the fleet store's latest readings on each scrape."""
 
-    def __init__(self, store: FleetStore, lock: threading.Lock) -> None:
+    def __init__(
+        self, store: FleetStore, lock: threading.Lock, names: LabelNames = LabelNames()
+    ) -> None:
         self._store = store
         self._lock = lock
+        self._names = names
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -241,31 +269,32 @@ class FleetCollector(Collector):
                 )
                 for host in self._store.hosts
             ]
+        host_label, gpu_label_names = self._names.host, self._names.gpu
         families = {
-            m.name: GaugeMetricFamily(m.name, m.help, labels=dcgm.GPU_LABELS) for m in dcgm.METRICS
+            m.name: GaugeMetricFamily(m.name, m.help, labels=gpu_label_names) for m in dcgm.METRICS
         }
-        xid = GaugeMetricFamily(dcgm.XID_METRIC, dcgm.XID_HELP, labels=dcgm.GPU_LABELS)
+        xid = GaugeMetricFamily(dcgm.XID_METRIC, dcgm.XID_HELP, labels=gpu_label_names)
         findings = GaugeMetricFamily(
             dcgm.FINDINGS_METRIC,
             "Health findings of the console, by host, GPU (empty: host-wide), code and severity.",
-            labels=(dcgm.HOST_LABEL, "gpu", "code", "severity"),
+            labels=(host_label, "gpu", "code", "severity"),
         )
         states = GaugeMetricFamily(
             dcgm.HOST_STATE_METRIC,
             "1 for the state the host's reading stream is in, 0 for the others.",
-            labels=(dcgm.HOST_LABEL, "state"),
+            labels=(host_label, "state"),
         )
         last = GaugeMetricFamily(
             dcgm.HOST_LAST_READING_METRIC,
             "When the host's latest reading was taken (Unix time).",
-            labels=(dcgm.HOST_LABEL,),
+            labels=(host_label,),
         )
-        processes = process_families()
+        processes = process_families(host_label)
         host_processes = GaugeMetricFamily(
             HOST_PROCESSES_METRIC,
             "GPU processes the host reports, one per process and GPU; the gpuconsole_process_* "
             f"series cover at most {MAX_PROCESS_SERIES} of them, the most memory first.",
-            labels=(dcgm.HOST_LABEL,),
+            labels=(host_label,),
         )
         for host, status, snapshot, host_findings in rows:
             for state in HostState:
@@ -278,7 +307,7 @@ class FleetCollector(Collector):
             if snapshot is None or status.state is not HostState.LIVE:
                 continue  # no readings: let Prometheus see the series end, not a frozen value
             for gpu in snapshot.gpus:
-                labels = gpu_labels(host, gpu)
+                labels = gpu_labels(host, gpu, snapshot.driver_version)
                 xid.add_metric(labels, dcgm.last_xid(snapshot, gpu.index))
                 for metric in dcgm.METRICS:
                     value = metric.value(gpu)
@@ -295,13 +324,23 @@ class FleetCollector(Collector):
 class Exporter:
     """A source polled into a fleet session, served over HTTP for Prometheus to scrape."""
 
-    def __init__(self, source: Source, refresh: float = 1.0) -> None:
+    def __init__(
+        self,
+        source: Source,
+        refresh: float = 1.0,
+        names: LabelNames = LabelNames(),
+        *,
+        rules: Sequence[AlertRule] = (),
+        alertmanager: AlertmanagerSender | None = None,
+    ) -> None:
+        """``rules`` are evaluated only to send their alerts to ``alertmanager``: Prometheus
+        evaluates the console's rules itself over the series served here."""
         self.source = source
         self.refresh = refresh
-        self.fleet = FleetSession(source.hosts, ())
+        self.fleet = FleetSession(source.hosts, rules, alertmanager=alertmanager)
         self._lock = threading.Lock()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(FleetCollector(self.store, self._lock))
+        self.registry.register(FleetCollector(self.store, self._lock, names))
         self._server: _MetricsServer | None = None
 
     @property

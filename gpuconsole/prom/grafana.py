@@ -2,8 +2,10 @@
 metrics, with the guide's thresholds (§4.2) drawn on its panels.
 
 The dashboard asks for its Prometheus data source when imported (a ``datasource`` variable) and
-filters by host with a ``host`` variable. Panels read dcgm-exporter's classic metric names, so
-they work on any fleet running it; the findings, host-state and alert panels need the console's
+filters by host with a ``host`` variable. Panels read dcgm-exporter's metrics under the names of
+one generation of dcgm-exporter, or of both joined by ``or`` (`gpuconsole.telemetry.dcgm.Dialect`),
+so they work on any fleet running it; a panel over a field dcgm-exporter does not collect by
+default says so in its description. The findings, host-state and alert panels need the console's
 exporter and the exported rules.
 """
 
@@ -30,62 +32,63 @@ class Panel:
     kind: str = "timeseries"
 
 
-def panels(host_label: str = dcgm.HOST_LABEL) -> tuple[Panel, ...]:
+def panels(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> tuple[Panel, ...]:
     """The dashboard's panels; ``$host`` is the dashboard's host variable."""
-    sel = f'{{{host_label}=~"$host"}}'
-    gpu_legend = f"{{{{{host_label}}}}} GPU {{{{gpu}}}}"
-    used, free = f"DCGM_FI_DEV_FB_USED{sel}", f"DCGM_FI_DEV_FB_FREE{sel}"
+    sel = dialect.host_matchers("$host")
+    legend = "".join(f"{{{{{label}}}}}" for label in dialect.host_labels) + " GPU {{gpu}}"
+
+    def reading(field: str) -> str:
+        return dcgm.BY_FIELD[field].selector(dialect.generations, sel)
+
+    used, free = reading("memory_used_mib"), reading("memory_free_mib")
+    limit = dcgm.BY_FIELD["power_limit_w"]
     return (
         Panel(
             "GPU utilization",
             "The guide's ideal is 90 % or more; the utilization rule alerts on a host "
             "averaging over 95 % for 5 minutes.",
-            ((f"DCGM_FI_DEV_GPU_UTIL{sel}", gpu_legend),),
+            ((reading("utilization_pct"), legend),),
             unit="percent",
             thresholds=((90.0, "green"), (95.0, "orange")),
         ),
         Panel(
             "GPU memory used",
             "Keep 20 % in reserve (the guide): the memory rule alerts above 80 %.",
-            ((f"{used} / ({used} + {free}) * 100", gpu_legend),),
+            ((f"{used} / ({used} + {free}) * 100", legend),),
             unit="percent",
             thresholds=((80.0, "orange"), (95.0, "red")),
         ),
         Panel(
             "GPU temperature",
             "The guide's alert threshold is 85 °C.",
-            ((f"DCGM_FI_DEV_GPU_TEMP{sel}", gpu_legend),),
+            ((reading("temperature_c"), legend),),
             unit="celsius",
             thresholds=((85.0, "red"),),
         ),
         Panel(
             "Power draw against the limit",
-            "Each GPU's draw as a share of its enforced power limit (A100 SXM: 400 W).",
-            (
-                (
-                    f"DCGM_FI_DEV_POWER_USAGE{sel} / DCGM_FI_DEV_ENFORCED_POWER_LIMIT{sel} * 100",
-                    gpu_legend,
-                ),
-            ),
+            "Each GPU's draw as a share of its enforced power limit (A100 SXM: 400 W). Needs "
+            f"{' or '.join(limit.names[:2])}, which dcgm-exporter does not collect by default.",
+            ((f"{reading('power_w')} / {reading('power_limit_w')} * 100", legend),),
             unit="percent",
             thresholds=((98.0, "orange"),),
         ),
         Panel(
             "Power draw",
             "Watts per GPU.",
-            ((f"DCGM_FI_DEV_POWER_USAGE{sel}", gpu_legend),),
+            ((reading("power_w"), legend),),
             unit="watt",
         ),
         Panel(
             "SM clock",
             "A clock well below the maximum under load means throttling.",
-            ((f"DCGM_FI_DEV_SM_CLOCK{sel}", gpu_legend),),
+            ((reading("sm_clock_mhz"), legend),),
             unit="MHz",
         ),
         Panel(
             "Last XID error",
             "GPUs whose driver reported an XID (the value is the last XID).",
-            ((f"{dcgm.XID_METRIC}{sel} > 0", gpu_legend),),
+            ((f"{reading('xid')} > 0", legend),),
             kind="table",
         ),
         Panel(
@@ -116,7 +119,34 @@ def panels(host_label: str = dcgm.HOST_LABEL) -> tuple[Panel, ...]:
     )
 
 
-def dashboard(host_label: str = dcgm.HOST_LABEL) -> dict[str, object]:
+def host_variable(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> dict[str, object]:
+    """The ``host`` variable: the values of the host label on the utilization metric; with two
+    host labels, each sample's value of whichever it carries (``query_result`` and a regex, as
+    Grafana's ``label_values`` takes one label)."""
+    utilization = dcgm.BY_FIELD["utilization_pct"]
+    names = [name for name, _ in utilization.spelled(dialect.generations)]
+    metric = names[0] if len(names) == 1 else f'{{__name__=~"{"|".join(names)}"}}'
+    if len(dialect.host_labels) == 1:
+        query, regex = f"label_values({metric}, {dialect.host_labels[0]})", ""
+    else:
+        query = f"query_result(count by ({dialect.host_by}) ({metric}))"
+        regex = "/(?:" + "|".join(dialect.host_labels) + ')="([^"]+)"/'
+    return {
+        "name": "host",
+        "label": "Host",
+        "type": "query",
+        "datasource": _DATASOURCE,
+        "query": query,
+        "regex": regex,
+        "refresh": 2,
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".*",
+        "current": {"text": "All", "value": "$__all"},
+    }
+
+
+def dashboard(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> dict[str, object]:
     """The dashboard as Grafana's JSON model."""
     return {
         "uid": UID,
@@ -136,26 +166,15 @@ def dashboard(host_label: str = dcgm.HOST_LABEL) -> dict[str, object]:
                     "type": "datasource",
                     "query": "prometheus",
                 },
-                {
-                    "name": "host",
-                    "label": "Host",
-                    "type": "query",
-                    "datasource": _DATASOURCE,
-                    "query": f"label_values(DCGM_FI_DEV_GPU_UTIL, {host_label})",
-                    "refresh": 2,
-                    "multi": True,
-                    "includeAll": True,
-                    "allValue": ".*",
-                    "current": {"text": "All", "value": "$__all"},
-                },
+                host_variable(dialect),
             ]
         },
-        "panels": [_panel(number, panel) for number, panel in enumerate(panels(host_label))],
+        "panels": [_panel(number, panel) for number, panel in enumerate(panels(dialect))],
     }
 
 
-def dashboard_json(host_label: str = dcgm.HOST_LABEL) -> str:
-    return json.dumps(dashboard(host_label), indent=2, ensure_ascii=False) + "\n"
+def dashboard_json(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str:
+    return json.dumps(dashboard(dialect), indent=2, ensure_ascii=False) + "\n"
 
 
 def _panel(number: int, panel: Panel) -> dict[str, object]:

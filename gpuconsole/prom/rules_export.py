@@ -1,9 +1,12 @@
 """``gpuconsole rules export``: the console's alert rules as a Prometheus rules file.
 
 Condition rules become PromQL over dcgm-exporter's metrics (so they work on any fleet running
-it); finding rules select the console exporter's ``gpuconsole_findings``. Thresholds are
-compared on the gauges themselves: the guide's example took ``rate()`` of the utilization gauge,
-which is near 0 for a GPU pinned at 100 % and so never fires when it should.
+it), written for the names of one generation of dcgm-exporter, or of both joined by ``or``
+(`gpuconsole.telemetry.dcgm.Dialect`); a rule that reads a field dcgm-exporter does not collect by
+default says so in a comment above it. Finding rules select the console exporter's
+``gpuconsole_findings``. Thresholds are compared on the gauges themselves: the guide's example
+took ``rate()`` of the utilization gauge, which is near 0 for a GPU pinned at 100 % and so never
+fires when it should.
 
 Prometheus expands every label value and annotation of an alerting rule as a Go template
 (``text/template``, with ``query`` among its functions: a template can run PromQL). The console's
@@ -29,18 +32,44 @@ from gpuconsole.telemetry import dcgm
 GROUP = "gpuconsole"
 
 
-def rule_expr(rule: AlertRule, host_label: str = dcgm.HOST_LABEL) -> str:
+def rule_expr(rule: AlertRule, dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str:
     """The PromQL that holds exactly where the console's rule holds."""
-    if rule.condition is not None:
-        return rule.condition.promql(host_label, host_scope=rule.scope == "host")
+    classic = _classic_expr(rule, dialect)
+    if classic is not None:
+        return dcgm.in_generations(classic, dialect.generations)
     codes = "|".join(rule.findings)
     return f'{dcgm.FINDINGS_METRIC}{{code=~"{codes}"}} > 0'
 
 
-def go_template(message: str, host_label: str = dcgm.HOST_LABEL) -> str:
+def _classic_expr(rule: AlertRule, dialect: dcgm.Dialect) -> str | None:
+    """A condition rule's PromQL over classic names, as the rule language renders it (None for a
+    finding rule)."""
+    if rule.condition is None:
+        return None
+    return rule.condition.promql(dialect.host_by, host_scope=rule.scope == "host")
+
+
+def requirement(rule: AlertRule, dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str | None:
+    """What a rule needs beyond dcgm-exporter's default collector file, None when nothing."""
+    classic = _classic_expr(rule, dialect)
+    needed = [] if classic is None else dcgm.outside_defaults(classic)
+    if not needed:
+        return None
+    names = "; ".join(
+        " or ".join(name for name, _ in m.spelled(dialect.generations)) for m in needed
+    )
+    return (
+        f"needs {names}, which dcgm-exporter does not collect by default: "
+        "add it to its collector file (--collectors, default-counters.csv)"
+    )
+
+
+def go_template(message: str, dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str:
     """A rule message with Prometheus's template syntax in place of the console's fields."""
+    labels = [f"$labels.{label}" for label in dialect.host_labels]
+    host = labels[0] if len(labels) == 1 else f"or {' '.join(labels)}"
     fields = {
-        "host": f"{{{{ $labels.{host_label} }}}}",
+        "host": f"{{{{ {host} }}}}",
         "gpu": "{{ $labels.gpu }}",
         "detail": "{{ $labels.code }}{{ if $labels.gpu }} on GPU {{ $labels.gpu }}{{ end }}",
     }
@@ -62,11 +91,17 @@ def _literal_template(text: str) -> str:
     return text.replace("{", '{{ "{" }}')
 
 
-def rules_yaml(rules: Sequence[AlertRule], host_label: str = dcgm.HOST_LABEL) -> str:
+def rules_yaml(rules: Sequence[AlertRule], dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str:
     """A Prometheus rules file with one alerting rule per console rule."""
+    names = " or ".join(
+        "the classic names" if g == dcgm.CLASSIC else f"dcgm-exporter {g}'s names"
+        for g in dialect.generations
+    )
     lines = [
         "# Alert rules of gpuconsole (`gpuconsole rules export`), for Prometheus's rule_files.",
-        "# Condition rules read dcgm-exporter's metrics; finding rules need `gpuconsole exporter`.",
+        f"# Condition rules read dcgm-exporter's metrics under {names}, the host from "
+        f"{' or '.join(dialect.host_labels)};",
+        "# finding rules need `gpuconsole exporter`.",
         "groups:",
         f"  - name: {_q(GROUP)}",
         "    rules:",
@@ -76,9 +111,12 @@ def rules_yaml(rules: Sequence[AlertRule], host_label: str = dcgm.HOST_LABEL) ->
         labels["rule"] = rule.name
         if rule.severity is not None:
             labels["severity"] = rule.severity.label
+        needs = requirement(rule, dialect)
+        if needs is not None:
+            lines.append(f"      # {_q(rule.name)} {needs}")
         lines += [
             f"      - alert: {_q(rule.alert_name)}",
-            f"        expr: {_q(rule_expr(rule, host_label))}",
+            f"        expr: {_q(rule_expr(rule, dialect))}",
             f"        for: {_q(rule.for_text)}",
             "        labels:",
             *(
@@ -86,7 +124,7 @@ def rules_yaml(rules: Sequence[AlertRule], host_label: str = dcgm.HOST_LABEL) ->
                 for key, value in sorted(labels.items())
             ),
             "        annotations:",
-            f"          summary: {_q(go_template(rule.message, host_label))}",
+            f"          summary: {_q(go_template(rule.message, dialect))}",
         ]
     return "\n".join(lines) + "\n"
 

@@ -2,14 +2,18 @@
 
 SSH fan-out keeps one connection per host; past a few hundred hosts the fleet's own Prometheus
 is the better engine: it already scrapes every host's dcgm-exporter. This source asks it for
-the latest value of every reading of every GPU in one instant query per polling round (PromQL
-reduces the series to one per host, GPU and metric, so the answer carries four labels, not a
-dozen), then serves each host's `read` from that answer.
+the latest value of the readings the console uses, of every GPU, in one instant query per
+polling round (PromQL reduces the series to one per host, GPU and metric, so the answer carries
+four labels, not a dozen), then serves each host's `read` from that answer. Readings that change
+slowly (limits, capacities, error counters, memory activity) and the GPUs' identities are asked
+for every `SLOW_EVERY_SECONDS` only, as dcgm-exporter collects them, each in a round of its own
+(the first round asks for all), so that no round carries them all.
 
-Both spellings of every metric are read: dcgm-exporter's classic names and DCGM 4.6's renamed
-ones (with 4.9's base units converted back), and the host from ``Hostname`` or ``hostname``
-(else the scrape target's ``instance``). See `gpuconsole.telemetry.dcgm` for the names and their
-sources. The hosts are those Prometheus knows when the source starts.
+Every spelling of every metric is read: dcgm-exporter's classic names, dcgm-exporter 4.9's
+(DCGM 4.7 names, in bytes, hertz and 0-1 ratios, converted to the console's units) and the
+other names DCGM gives the same field; the host from ``Hostname`` or ``hostname`` (else the
+scrape target's ``instance``). See `gpuconsole.telemetry.dcgm` for the names and their sources.
+The hosts are those Prometheus knows when the source starts.
 
 A polling round starts with the first `read` of a host already read in the current round: the
 poller reads every host once per round. The first round is fetched when the source is made, so
@@ -48,16 +52,51 @@ from gpuconsole.xid import FALLEN_OFF_THE_BUS
 _PRESENCE = ("utilization_pct", "temperature_c", "memory_used_mib")
 """A host exists for the source when Prometheus has one of these for it (or, from the console
 exporter, its host state)."""
-_DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")
-_IDENTITY_LABELS = ("UUID", "modelName", "pci_bus_id", *_DRIVER_LABELS)
-_XID_FIELD = "xid"
-_CAPACITY_FIELD = "memory_capacity_mib"
-"""A GPU whose only reading is XID 79 has stopped answering: it is lost, not idle."""
+_IDENTITY_LABELS = ("UUID", "modelName", "pci_bus_id", *dcgm.DRIVER_LABELS)
+FAST_READINGS = (
+    "utilization_pct",
+    "memory_used_mib",
+    "temperature_c",
+    "power_w",
+    "sm_clock_mhz",
+    "throttle_mask",
+    "pcie_gen",
+    "pcie_width",
+    "xid",
+)
+"""Readings asked for every round: what moves with the GPU's work (a PCIe link trains down when
+idle, so its generation and width move too)."""
+SLOW_READINGS = (
+    "memory_total_mib",
+    "memory_free_mib",
+    "memory_utilization_pct",
+    "slowdown_temperature_c",
+    "power_limit_w",
+    "sm_clock_max_mhz",
+    "memory_clock_mhz",
+    "ecc_corrected",
+    "ecc_uncorrected",
+    "remap_correctable",
+    "remap_uncorrectable",
+    "remap_pending",
+    "remap_failure",
+    "pcie_max_gen",
+    "pcie_max_width",
+    "persistence_mode",
+)
+"""Readings asked for every `SLOW_EVERY_SECONDS`: settings, capacities, error counters and memory
+activity. Nothing the console shows, finds or alerts on reads the others dcgm-exporter may serve
+(persistent ECC totals, the maximum memory clock), so they are not asked for."""
+SLOW_EVERY_SECONDS = 30.0
+"""dcgm-exporter's own collection interval (NVIDIA/dcgm-exporter ``pkg/cmd/app.go``,
+``collect-interval``, 30000 ms by default): its values change no faster. The GPUs' names, UUIDs,
+bus ids and driver are read again at the same pace."""
+_SLOW_SET = frozenset(SLOW_READINGS)
+_IDENTITY = "identity"
+"""The schedule's name for the query of the GPUs' identities."""
 _UNREAD_STATES = frozenset(
     state.value for state in HostState if state not in (HostState.LIVE, HostState.CONNECTING)
 )
-IDENTITY_EVERY_SECONDS = 60.0
-"""How often the GPUs' names, UUIDs and bus ids are read again (they rarely change)."""
 
 
 class PrometheusError(SourceError):
@@ -140,12 +179,18 @@ def _not_prometheus(url: str, why: str) -> str:
     return f"{url}: not a Prometheus API answer{why}: is this the Prometheus server's base URL?"
 
 
+Values = dict[str, dict[int, dict[str, float]]]
+"""Per host, per GPU, per reading, a value in the console's unit."""
+_Inputs = tuple[dict[str, float], dict[str, float], dict[str, str]]
+"""What a GPU's state is made of: its fast readings, its slow ones, its identity's labels."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Round:
-    """One polling round's answer: per host, per GPU, per field, a value."""
+    """One polling round's answer: the fast readings of every GPU and the host states."""
 
     time: float
-    values: dict[str, dict[int, dict[str, float]]]
+    values: Values
     states: dict[str, str]
     """The host states the console exporter reports, for hosts it cannot read."""
     error: str | None = None
@@ -168,9 +213,16 @@ class PrometheusSource:
         hosts, by = self._discover()
         self._hosts = hosts
         self._by = by
-        self._fleet_query = _fleet_query(by)
         self._identity: dict[str, dict[int, dict[str, str]]] = {}
-        self._identity_at = -math.inf
+        self._slow: Values = {}
+        """The latest slow readings, and ``memory_sum_mib``: used + free of the round that
+        brought free."""
+        self._due = dict.fromkeys((*SLOW_READINGS, _IDENTITY), -math.inf)
+        self._last: dict[str, tuple[HostSnapshot, dict[int, tuple[_Inputs, GpuState]]]] = {}
+        """Each host's last snapshot, and each of its GPUs that passed vetting unchanged with the
+        readings it was made of: a GPU whose readings did not change since (dcgm-exporter
+        collects every 30 s, most rounds bring the same values) is that very object again, which
+        `vetted` does not check twice."""
         self._served: set[str] = set()
         self._round = self._fetch()
 
@@ -193,18 +245,28 @@ class PrometheusSource:
                 )
             raise SourceError(f"{host}: no dcgm-exporter readings in Prometheus at {self.url}")
         identity = self._identity.get(host, {})
-        return vetted(
+        slow = self._slow.get(host, {})
+        known, built = self._last.get(host, (None, {}))
+        made: dict[int, tuple[_Inputs, GpuState]] = {}
+        for index in sorted(gpus):
+            inputs = (gpus[index], dict(slow.get(index, {})), identity.get(index, {}))
+            old = built.get(index)
+            gpu = old[1] if old is not None and old[0] == inputs else _gpu(index, *inputs)
+            made[index] = (inputs, gpu)
+        snapshot = vetted(
             HostSnapshot(
                 host=host,
                 time=current.time,
-                gpus=tuple(
-                    _gpu(index, gpus[index], identity.get(index, {})) for index in sorted(gpus)
-                ),
+                gpus=tuple(gpu for _, gpu in made.values()),
                 driver_version=_driver(identity),
                 xid_events=_xids(gpus, current.time),
                 source="prometheus",
-            )
+            ),
+            known,
         )
+        passed = {id(gpu) for gpu in snapshot.gpus}
+        self._last[host] = (snapshot, {i: m for i, m in made.items() if id(m[1]) in passed})
+        return snapshot
 
     def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
         return []
@@ -221,25 +283,80 @@ class PrometheusSource:
         return self._round
 
     def _fetch(self) -> _Round:
+        """The fast readings of every GPU, and the slow readings that are due (all of them in the
+        first round), in one query; the GPUs' identities in a second when due."""
         at = self._clock()
+        due = [name for name, when in self._due.items() if when <= at]
+        slow = [name for name in due if name != _IDENTITY]
+        query = _readings_query(self._by, (*FAST_READINGS, *slow), dcgm.HOST_STATE_METRIC)
         with _collector_paused():
             try:
-                if at - self._identity_at >= IDENTITY_EVERY_SECONDS:
+                if _IDENTITY in due:
                     self._identity = self._read_identity(at)
-                    self._identity_at = at
-                samples = self._api.query(self._fleet_query, at)
+                samples = self._api.query(query, at)
             except PrometheusError as error:
                 return _Round(at, {}, {}, str(error))
-            return _Round(at, *self._values(samples))
+            values, states = self._values(samples)
+        self._keep_slow(values, slow)
+        self._schedule(due, at)
+        return _Round(at, values, states)
 
-    def _values(
-        self, samples: list[dict[str, Any]]
-    ) -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, str]]:
-        """Per host, per GPU, per field, a value; and the host states. Runs once per sample of
+    def _schedule(self, done: list[str], at: float) -> None:
+        """When each query just done is due next. Those of the first round come due spread
+        over the next period, each its own share of it later, so that no later round reads them
+        all; then each comes due a period after it last came due (or a period from now, after a
+        pause longer than the period), which keeps the spread."""
+        for number, name in enumerate(done):
+            following = self._due[name] + SLOW_EVERY_SECONDS
+            if following == -math.inf:
+                following = at + SLOW_EVERY_SECONDS * (number + 1) / (len(done) + 1)
+            elif following <= at:
+                following = at + SLOW_EVERY_SECONDS
+            self._due[name] = following
+
+    def _keep_slow(self, values: Values, read: list[str]) -> None:
+        """Move the slow readings of a round's answer into `_slow`, replacing (or forgetting,
+        for a GPU that no longer has them) those of the same readings."""
+        if not read:
+            return
+        fields = frozenset(read)
+        for gpus in self._slow.values():
+            for cached in gpus.values():
+                for field in fields & cached.keys():
+                    del cached[field]
+                if "memory_free_mib" in fields:
+                    cached.pop("memory_sum_mib", None)
+        for host, gpus in values.items():
+            for index, gpu in gpus.items():
+                found = _SLOW_SET & gpu.keys()
+                if not found:
+                    continue
+                cached = self._slow.setdefault(host, {}).setdefault(index, {})
+                for field in found:
+                    cached[field] = gpu.pop(field)
+                free = cached.pop("memory_free_mib", None)
+                if free is not None and "memory_used_mib" in gpu:
+                    cached["memory_sum_mib"] = gpu["memory_used_mib"] + free
+
+    def _values(self, samples: list[dict[str, Any]]) -> tuple[Values, dict[str, str]]:
+        """Per host, per GPU, per reading, a value; and the host states. Runs once per sample of
         the whole fleet, so it is written for speed."""
-        values: dict[str, dict[int, dict[str, float]]] = {}
+        values: Values = {}
         states: dict[str, str] = {}
-        host_of, names, isfinite = self._host_of, _NAMES, math.isfinite
+        ranks: dict[tuple[int, str], int] = {}
+        hosts: dict[str, str] = {}
+        """Each host label's value made visible, once per answer rather than once per sample."""
+        names, isfinite = _NAMES, math.isfinite
+
+        def host_of(labels: dict[str, Any]) -> str:
+            raw = labels.get("Hostname") or labels.get("hostname") or labels.get("instance")
+            if not isinstance(raw, str):
+                return self._host_of(labels)
+            host = hosts.get(raw)
+            if host is None:
+                host = hosts[raw] = self._host_of(labels)
+            return host
+
         for sample in samples:
             labels = sample["metric"]
             name = labels.get("__name__")
@@ -252,15 +369,20 @@ class PrometheusSource:
             try:
                 index = int(labels["gpu"])
                 value = float(sample["value"][1])
-            except (KeyError, IndexError, TypeError, ValueError):
+            except (KeyError, IndexError, TypeError, ValueError, OverflowError):
                 continue
             if not isfinite(value):
                 continue
-            field, factor, renamed = known
+            field, multiply, divide, rank = known
             gpu = values.setdefault(host_of(labels), {}).setdefault(index, {})
-            if renamed and field in gpu:
-                continue  # a GPU reporting under both names: the classic name's value wins
-            gpu[field] = value * factor
+            if field in gpu:  # a GPU reporting under several names: the lowest rank's wins
+                key = (id(gpu), field)
+                if rank >= ranks.get(key, 0):
+                    continue
+                ranks[key] = rank
+            elif rank:
+                ranks[id(gpu), field] = rank
+            gpu[field] = value * multiply / divide
         return values, states
 
     def _discover(self) -> tuple[tuple[str, ...], str]:
@@ -271,7 +393,8 @@ class PrometheusSource:
         if not samples:
             raise PrometheusError(
                 f"Prometheus at {self.url} has no dcgm-exporter GPU metrics "
-                "(DCGM_FI_DEV_GPU_UTIL, _GPU_TEMP or _FB_USED): is it scraping dcgm-exporter?"
+                "(DCGM_FI_DEV_GPU_UTIL, _GPU_TEMP, _FB_USED or dcgm-exporter 4.9's "
+                "_GPU_UTIL_RATIO, _GPU_TEMP_CELSIUS, _FB_USED_BYTES): is it scraping dcgm-exporter?"
             )
         by_instance = any(
             not any(sample["metric"].get(label) for label in dcgm.HOST_LABELS) for sample in samples
@@ -283,8 +406,7 @@ class PrometheusSource:
     def _read_identity(self, at: float) -> dict[str, dict[int, dict[str, str]]]:
         """Each GPU's name, UUID, bus id and driver, from the labels of two metrics every GPU
         has in dcgm-exporter's defaults (a lost GPU keeps only its XID)."""
-        temperature = dcgm.BY_FIELD["temperature_c"].names
-        names = "|".join((*temperature, dcgm.XID_METRIC, dcgm.XID_RENAMED))
+        names = "|".join((*dcgm.BY_FIELD["temperature_c"].names, *dcgm.XID.names))
         by = ", ".join((self._by, *_IDENTITY_LABELS))
         identity: dict[str, dict[int, dict[str, str]]] = defaultdict(dict)
         for sample in self._api.query(f'group by ({by}) ({{__name__=~"{names}"}})', at):
@@ -304,29 +426,25 @@ class PrometheusSource:
         return ""
 
 
-# --- the one query of a round -----------------------------------------------------------------
+# --- the queries of a round -----------------------------------------------------------------------
 
 
-_NAMES: dict[str, tuple[str, float, bool]] = {
-    **{metric.name: (metric.field, 1.0, False) for metric in dcgm.METRICS},
-    **{
-        name: (metric.field, factor, True)
-        for metric in dcgm.METRICS
-        for name, factor in metric.renamed
-    },
-    dcgm.XID_METRIC: (_XID_FIELD, 1.0, False),
-    dcgm.XID_RENAMED: (_XID_FIELD, 1.0, True),
-    dcgm.MEMORY_CAPACITY_BYTES: (_CAPACITY_FIELD, 1.0 / dcgm.MIB, False),
+_NAMES: dict[str, tuple[str, float, float, int]] = {
+    name: (metric.field, unit.multiply, unit.divide, rank)
+    for metric in dcgm.BY_FIELD.values()
+    for rank, (name, unit) in enumerate(metric.spellings())
 }
-"""Every metric name read: the reading it carries, the factor to the classic unit, and whether
-it is a newer name (the classic name wins when a GPU reports under both)."""
+"""Every metric name read: the reading it carries, its conversion to the console's unit
+(``value * multiply / divide``), and its rank among the reading's names (0 is the classic name;
+a GPU reporting under several names is read under the lowest rank)."""
 
 
-def _fleet_query(by: str) -> str:
-    """Every reading of every GPU, one series per host, GPU and metric name (few labels), and
-    the host states the console exporter reports."""
-    names = "|".join(_NAMES)
-    return f'max by ({by}, __name__) ({{__name__=~"{names}"}}) or {dcgm.HOST_STATE_METRIC} == 1'
+def _readings_query(by: str, fields: tuple[str, ...], *extra: str) -> str:
+    """The readings of ``fields`` (every spelling) of every GPU, one series per host, GPU and
+    metric name (few labels), or-ed with ``extra`` series where the value is 1."""
+    names = "|".join(name for field in fields for name in dcgm.BY_FIELD[field].names)
+    query = f'max by ({by}, __name__) ({{__name__=~"{names}"}})'
+    return " or ".join((query, *(f"{name} == 1" for name in extra)))
 
 
 # --- one answer to snapshots ---------------------------------------------------------------------
@@ -335,7 +453,7 @@ def _fleet_query(by: str) -> str:
 def _index(labels: dict[str, str]) -> int | None:
     try:
         return int(labels["gpu"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
 
 
@@ -349,8 +467,12 @@ def _flag(values: dict[str, float], field: str) -> bool | None:
     return None if value is None else value != 0
 
 
-def _gpu(index: int, values: dict[str, float], identity: dict[str, str]) -> GpuState:
-    if values.keys() <= {_XID_FIELD} and values.get(_XID_FIELD) == FALLEN_OFF_THE_BUS:
+def _gpu(
+    index: int, fast: dict[str, float], slow: dict[str, float], identity: dict[str, str]
+) -> GpuState:
+    """A GPU's state from this round's fast readings and the latest slow ones. A GPU whose only
+    reading is XID 79 has stopped answering: it is lost, not idle."""
+    if fast.keys() <= {"xid"} and fast.get("xid") == FALLEN_OFF_THE_BUS:
         return GpuState(
             index=index,
             name=identity.get("modelName") or None,
@@ -358,11 +480,7 @@ def _gpu(index: int, values: dict[str, float], identity: dict[str, str]) -> GpuS
             pci_bus_id=identity.get("pci_bus_id") or None,
             lost=True,
         )
-    used = values.get("memory_used_mib")
-    free = values.get("memory_free_mib")
-    total = values.get(_CAPACITY_FIELD)
-    if total is None and used is not None and free is not None:
-        total = used + free
+    values = {**slow, **fast}
     mask = values.get("throttle_mask")
     return GpuState(
         index=index,
@@ -371,8 +489,8 @@ def _gpu(index: int, values: dict[str, float], identity: dict[str, str]) -> GpuS
         pci_bus_id=identity.get("pci_bus_id") or None,
         utilization_pct=values.get("utilization_pct"),
         memory_utilization_pct=values.get("memory_utilization_pct"),
-        memory_used_mib=used,
-        memory_total_mib=total,
+        memory_used_mib=values.get("memory_used_mib"),
+        memory_total_mib=values.get("memory_total_mib", values.get("memory_sum_mib")),
         temperature_c=values.get("temperature_c"),
         slowdown_temperature_c=values.get("slowdown_temperature_c"),
         power_w=values.get("power_w"),
@@ -380,7 +498,6 @@ def _gpu(index: int, values: dict[str, float], identity: dict[str, str]) -> GpuS
         sm_clock_mhz=values.get("sm_clock_mhz"),
         sm_clock_max_mhz=values.get("sm_clock_max_mhz"),
         memory_clock_mhz=values.get("memory_clock_mhz"),
-        memory_clock_max_mhz=values.get("memory_clock_max_mhz"),
         throttle_reasons=None if mask is None else dcgm.reasons_of(mask),
         ecc=_ecc(values),
         remap=_remap(values),
@@ -393,12 +510,7 @@ def _has(values: dict[str, float], fields: frozenset[str]) -> bool:
     return not fields.isdisjoint(values)
 
 
-_ECC_FIELDS = (
-    "ecc_corrected",
-    "ecc_uncorrected",
-    "ecc_corrected_aggregate",
-    "ecc_uncorrected_aggregate",
-)
+_ECC_FIELDS = ("ecc_corrected", "ecc_uncorrected")
 _REMAP_FIELDS = ("remap_correctable", "remap_uncorrectable", "remap_pending", "remap_failure")
 _PCIE_FIELDS = ("pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width")
 _ECC_SET, _REMAP_SET, _PCIE_SET = map(frozenset, (_ECC_FIELDS, _REMAP_FIELDS, _PCIE_FIELDS))
@@ -407,7 +519,10 @@ _ECC_SET, _REMAP_SET, _PCIE_SET = map(frozenset, (_ECC_FIELDS, _REMAP_FIELDS, _P
 def _ecc(values: dict[str, float]) -> EccCounts | None:
     if not _has(values, _ECC_SET):
         return None
-    return EccCounts(*(_int(values, field) for field in _ECC_FIELDS))
+    return EccCounts(
+        volatile_corrected=_int(values, "ecc_corrected"),
+        volatile_uncorrected=_int(values, "ecc_uncorrected"),
+    )
 
 
 def _remap(values: dict[str, float]) -> RowRemap | None:
@@ -431,7 +546,7 @@ def _xids(gpus: dict[int, dict[str, float]], at: float) -> tuple[XidEvent, ...]:
     """dcgm-exporter keeps the last XID per GPU (0: none); a last XID is an event to report."""
     events = []
     for index in sorted(gpus):
-        xid = gpus[index].get(_XID_FIELD)
+        xid = gpus[index].get("xid")
         if xid:
             events.append(XidEvent(int(xid), index, at))
     return tuple(events)
@@ -439,7 +554,7 @@ def _xids(gpus: dict[int, dict[str, float]], at: float) -> tuple[XidEvent, ...]:
 
 def _driver(identity: dict[int, dict[str, str]]) -> str | None:
     for labels in identity.values():
-        for label in _DRIVER_LABELS:
+        for label in dcgm.DRIVER_LABELS:
             if labels.get(label):
                 return labels[label]
     return None
