@@ -1,15 +1,17 @@
 """Whether a checkpointed bert step is bound by the host or by the GPU, and what each memory fix
 costs on either side. CUDA only.
 
-    python benchmarks/checkpoint_step_cost.py [--steps 30] [--warmup 10] [--profile]
+    python benchmarks/checkpoint_step_cost.py [--steps 30] [--warmup 10] [--profile] [--compile]
 
-For each set of recipe flags (BERT-base, sequence 512 fixed, batch 32, bf16, eager), it builds
-the recipe's model as `bert.py` does and times every step three ways: the host's time to enqueue
-it (no synchronization), the wall time to its end (synchronized), and the GPU's time between two
-events. Enqueue close to wall means the host is the bottleneck. Checkpointed sets run twice: with
-the reentrant checkpoints `recompute` picks, and with the non-reentrant kind everywhere. Prints
-the medians, one line per run; with --profile also, for three more steps of each run, the host
-calls that took longest (torch.profiler) and how many waited for the GPU.
+For each set of recipe flags (BERT-base, sequence 512 fixed, batch 32, bf16; eager, or with
+--compile as the tuned preset runs it: compiled, fused AdamW), it builds the recipe's model as
+`bert.py` does and times every step three ways: the host's time to enqueue it (no
+synchronization), the wall time to its end (synchronized), and the GPU's time between two
+events; and the step's peak allocated memory. Enqueue close to wall means the host is the
+bottleneck. Eager checkpointed sets run twice: with the reentrant checkpoints `recompute` picks,
+and with the non-reentrant kind everywhere (compiled, checkpoints are always non-reentrant).
+Prints the medians, one line per run; with --profile also, for three more steps of each run,
+the host calls that took longest (torch.profiler) and how many waited for the GPU.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch._functorch.config as functorch_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gpuconsole" / "recipes"))
 import _recipe_harness as harness
@@ -30,29 +33,45 @@ import _recipe_harness as harness
 import bert
 
 CHECKPOINT = ("--checkpoint-every", "1")
+SELECTIVE = (*CHECKPOINT, "--selective-checkpoint")
+OFFLOAD = ("--offload-optimizer",)
 FLAG_SETS = (
     (),
     CHECKPOINT,
+    SELECTIVE,
+    OFFLOAD,
     (*CHECKPOINT, "--optimizer-in-backward"),
+    (*CHECKPOINT, *OFFLOAD),
     (*CHECKPOINT, "--compress-activations", "fp8"),
     (*CHECKPOINT, "--optimizer-in-backward", "--compress-activations", "fp8"),
 )
+COMPILED_SETS = (
+    (),
+    CHECKPOINT,
+    SELECTIVE,
+    ("--activation-memory-budget", "0.5"),
+    OFFLOAD,
+    (*CHECKPOINT, "--optimizer-in-backward"),
+    (*CHECKPOINT, *OFFLOAD),
+)
+"""Compiled, compression is left out: it runs eagerly."""
 
 
 WAITS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
 
 def step_times(
-    flags: tuple[str, ...], steps: int, warmup: int, profile: bool
-) -> tuple[float, float, float]:
-    """Median enqueue, wall and GPU milliseconds of a step."""
-    knobs = bert.parse_knobs(["--no-compile", "--padding", "fixed", "--precision", "bf16", *flags])
+    flags: tuple[str, ...], steps: int, warmup: int, profile: bool, compiled: bool
+) -> tuple[float, float, float, float]:
+    """Median enqueue, wall and GPU milliseconds of a step, and the peak allocated GiB."""
+    preset = ("--preset", "tuned") if compiled else ("--no-compile",)
+    knobs = bert.parse_knobs([*preset, "--padding", "fixed", "--precision", "bf16", *flags])
     runtime = harness.start_runtime(knobs)
     harness.configure_math(knobs)
     torch.manual_seed(0)
     model = bert.MaskedLanguageModel(knobs, loss_rows=bert.loss_rows(knobs))
     blocks = [(model.layers, index) for index in range(len(model.layers))]
-    harness.checkpoint_blocks(blocks, knobs["checkpoint_every"])
+    harness.checkpoint_blocks(blocks, knobs["checkpoint_every"], knobs["selective_checkpoint"])
     model = harness.prepare_model(model, knobs, runtime)
     optimizer = harness.make_optimizer(torch.optim.AdamW, model, knobs, lr=1e-4)
     batches = bert.token_batches(knobs, runtime, [])
@@ -64,10 +83,14 @@ def step_times(
         with hooks, harness.autocast(knobs, runtime):
             loss = bert.masked_lm_loss(model, data)
         loss.backward()
+        if compress:
+            hooks.release_held()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     for step in range(warmup + steps):
+        if step == warmup:
+            torch.cuda.reset_peak_memory_stats()
         batch = next(batches)  # drawn before the clock starts
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -81,9 +104,11 @@ def step_times(
             enqueue.append((enqueued - began) * 1e3)
             wall.append((time.perf_counter() - began) * 1e3)
             gpu.append(start.elapsed_time(end))
+    peak = torch.cuda.max_memory_allocated() / 2**30
     if profile:
         print_profile(lambda: one_step(next(batches).data))
-    return statistics.median(enqueue), statistics.median(wall), statistics.median(gpu)
+    medians = (statistics.median(enqueue), statistics.median(wall), statistics.median(gpu))
+    return (*medians, peak)
 
 
 def print_profile(one_step: Callable[[], None], steps: int = 3) -> None:
@@ -107,20 +132,27 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--profile", action="store_true", help="and where the host's time goes")
+    parser.add_argument(
+        "--compile", action="store_true", help="as the tuned preset runs: compiled, fused AdamW"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("checkpoint_step_cost: needs CUDA", file=sys.stderr)
         return 2
-    for flags in FLAG_SETS:
-        kinds = (True, False) if CHECKPOINT[0] in flags else (True,)
-        for reentrant in kinds:
+    for flags in COMPILED_SETS if args.compile else FLAG_SETS:
+        eager_checkpoints = CHECKPOINT[0] in flags and not args.compile
+        for reentrant in (True, False) if eager_checkpoints else (True,):
             harness.REENTRANT_WHERE_POSSIBLE = reentrant
-            enqueue, wall, gpu = step_times(flags, args.steps, args.warmup, args.profile)
+            times = step_times(flags, args.steps, args.warmup, args.profile, args.compile)
+            enqueue, wall, gpu, peak = times
+            torch._dynamo.reset()  # each set compiles its own graph
+            functorch_config.activation_memory_budget = 1.0
             name = " ".join(flags) or "(bf16 alone)"
-            kind = "reentrant where possible" if reentrant else "non-reentrant"
+            kind = "compiled" if args.compile else ("reentrant where possible" if reentrant
+                                                    else "non-reentrant")  # fmt: skip
             print(
                 f"{name:72} {kind:24} enqueue {enqueue:5.1f} ms  wall {wall:5.1f} ms  "
-                f"GPU {gpu:5.1f} ms  {32_000 / wall:6.1f} samples/s",
+                f"GPU {gpu:5.1f} ms  {32_000 / wall:6.1f} samples/s  peak {peak:5.2f} GiB",
                 flush=True,
             )
     return 0

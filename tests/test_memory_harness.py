@@ -8,6 +8,8 @@ import sys
 from types import ModuleType
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuconsole.recipes import HARNESS
 
@@ -209,3 +211,173 @@ def test_a_block_whose_input_needs_no_gradient_still_trains_its_parameters(
     block(torch.randn(4, 8)).sum().backward()  # the input: data, no gradient wanted
     assert block.inner.weight.grad is not None
     assert block.inner.weight.grad.abs().sum() > 0
+
+
+@given(
+    st.lists(st.floats(1e-4, 10.0), min_size=2, max_size=40),
+    st.integers(1, 256),
+    st.floats(0.01, 100.0),
+)
+def test_the_halves_spread_is_a_symmetric_share_that_scale_does_not_change(
+    harness: ModuleType, seconds: list[float], batch: int, scale: float
+) -> None:
+    samples = [batch] * len(seconds)
+    spread = harness.halves_spread(seconds, samples)
+    assert 0 <= spread < 2
+    assert spread == pytest.approx(harness.halves_spread(seconds[::-1], samples))
+    scaled = harness.halves_spread([s * scale for s in seconds], samples)
+    assert scaled == pytest.approx(spread, abs=1e-9)
+    assert harness.halves_spread([seconds[0]] * len(seconds), samples) == pytest.approx(0)
+
+
+def test_the_halves_spread_compares_the_two_halves(harness: ModuleType) -> None:
+    # 10 samples a step: 100/s in the first half, 80/s in the second; the middle step is out
+    seconds = [0.1, 0.1, 5.0, 0.125, 0.125]
+    assert harness.halves_spread(seconds, [10] * 5) == pytest.approx(20 / 90)
+    assert harness.halves_spread([0.1], [10]) is None
+
+
+def test_more_steps_are_measured_until_the_speed_is_steady(harness: ModuleType) -> None:
+    knobs = {"steps": 20, "steady_within": 0.05, "max_steps": None}
+    assert harness.more_steps(knobs, 20, 0.04) == 0
+    assert harness.more_steps(knobs, 20, 0.08) == 20
+    assert harness.more_steps(knobs, 20, None) == 20  # too few steps to say
+    assert harness.more_steps(knobs, 70, 0.08) == 10  # up to 4 × --steps
+    assert harness.more_steps(knobs, 80, 0.08) == 0
+    assert harness.more_steps({**knobs, "max_steps": 30}, 20, 0.08) == 10
+    assert harness.more_steps({**knobs, "steady_within": None}, 20, 0.5) == 0
+
+
+def test_a_memory_budget_of_zero_is_refused(harness: ModuleType) -> None:
+    """At 0 torch's partitioner skips its search, and the ban on recomputing random operations
+    with it (see `share`)."""
+    import argparse
+
+    assert harness.share("0.05") == 0.05 and harness.share("1") == 1.0
+    for text in ("0", "-0.1", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            harness.share(text)
+
+
+class _Block(torch.nn.Module):
+    """A transformer-like feed-forward block: matmuls with cheap operations between them."""
+
+    def __init__(self, width: int, dropout: float) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width)
+        self.norm, self.drop = torch.nn.LayerNorm(width), torch.nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + self.drop(self.down(torch.nn.functional.gelu(self.up(x)))))
+
+
+def _blocks(dropout: float = 0.0, depth: int = 3, width: int = 64) -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*(_Block(width, dropout) for _ in range(depth)))
+
+
+def _saved_and_gradients(
+    harness: ModuleType,
+    model: torch.nn.Module,
+    every: int = 0,
+    selective: bool = False,
+    backend: str | None = None,
+) -> tuple[int, torch.Tensor]:
+    harness.checkpoint_blocks([(model, i) for i in range(len(model))], every, selective)
+    run = model
+    if backend is not None:
+        torch._dynamo.reset()
+        run = torch.compile(model, backend=backend)
+    saved = harness.SavedActivations(None)
+    x = torch.randn(512, 64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    torch.manual_seed(2)  # the same dropout masks in every run
+    with saved:
+        loss = run(x * 1.0).square().mean()
+    loss.backward()
+    saved.release_held()
+    assert saved.live_bytes == 0
+    gradients = torch.cat([p.grad.flatten() for p in model.parameters()])
+    return saved.peak_bytes, gradients
+
+
+def test_a_selective_checkpoint_keeps_the_matmuls_and_the_gradients(harness: ModuleType) -> None:
+    """Kept: each block's input and what its two matmuls made; recomputed: GELU, dropout, the
+    addition and the norm. Less than no checkpoint, more than a whole one, the same gradients."""
+    none, exact = _saved_and_gradients(harness, _blocks(0.1))
+    whole, whole_gradients = _saved_and_gradients(harness, _blocks(0.1), 1)
+    selective, selective_gradients = _saved_and_gradients(harness, _blocks(0.1), 1, True)
+    assert whole < selective < none
+    rows, width = 512, 64
+    assert whole == 4 * rows * width * 4  # the three blocks' inputs, and what square keeps
+    assert selective == whole + 3 * rows * (4 * width + width) * 4  # + up's and down's outputs
+    assert torch.allclose(whole_gradients, exact) and torch.allclose(selective_gradients, exact)
+
+
+@pytest.mark.parametrize(("every", "selective"), [(1, False), (1, True)])
+def test_compiled_checkpoints_recompute_dropout_as_forward_drew_it(
+    harness: ModuleType, every: int, selective: bool
+) -> None:
+    """Under torch.compile (aot_eager_decomp_partition: the partitioner, no generated code) a
+    checkpoint, whole or selective, is a region the partitioner recomputes with forward's random
+    state: the gradients are those of the compiled model without checkpoints."""
+    backend = "aot_eager_decomp_partition"
+    plain_saved, exact = _saved_and_gradients(harness, _blocks(0.1), backend=backend)
+    saved, gradients = _saved_and_gradients(harness, _blocks(0.1), every, selective, backend)
+    assert saved < plain_saved  # the compiled graph's saved tensors pass through the hooks
+    assert torch.allclose(gradients, exact, rtol=1e-5, atol=1e-7)
+
+
+def test_a_memory_budget_saves_activations_and_is_flagged_with_dropout(
+    harness: ModuleType,
+) -> None:
+    """The compiler's budget saves less; without dropout the gradients stay exact, with dropout
+    the recipe says it recomputes random operations (pytorch/pytorch#190758)."""
+    import torch._functorch.config as functorch_config
+
+    backend = "aot_eager_decomp_partition"
+    plain_saved, exact = _saved_and_gradients(harness, _blocks(0.0), backend=backend)
+    knobs = {"activation_memory_budget": 0.3, "compile_backend": backend, "compile_mode": None}
+    try:
+        model = _blocks(0.0)
+        torch._dynamo.reset()
+        compiled = harness.compiled(model, knobs)
+        saved = harness.SavedActivations(None)
+        x = torch.randn(512, 64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        with saved:
+            loss = compiled(x * 1.0).square().mean()
+        loss.backward()
+        gradients = torch.cat([p.grad.flatten() for p in model.parameters()])
+        assert saved.peak_bytes < plain_saved
+        assert torch.allclose(gradients, exact, rtol=1e-5, atol=1e-7)
+        assert knobs["budget_recomputes_dropout"] is False
+        harness.compiled(_blocks(0.1), knobs)
+        assert knobs["budget_recomputes_dropout"] is True
+    finally:
+        functorch_config.activation_memory_budget = 1.0
+
+
+def test_the_optimizer_on_the_host_takes_the_same_steps(harness: ModuleType) -> None:
+    """AdamW's state and the master parameters on the host, each block stepped by the worker as
+    backward completes it: the same parameters as the plain optimizer, no optimizer state on the
+    device, at most one block's gradients at once."""
+    plain_model, model = _twin_mlps()
+    plain = harness.make_optimizer(torch.optim.AdamW, plain_model, _adamw_knobs(False), lr=0.01)
+    knobs = {"fused_optimizer": False, "offload_optimizer": True}
+    offloaded = harness.make_optimizer(torch.optim.AdamW, model, knobs, lr=0.01)
+    assert isinstance(offloaded, harness.HostOffload) and len(offloaded.optimizers) == 4
+    for step in range(3):
+        x = torch.randn(16, 64, generator=torch.Generator().manual_seed(step))
+        plain_model(x).square().mean().backward()
+        plain.step()
+        plain.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        assert all(p.grad is None for p in model.parameters())  # sent to the host
+        offloaded.step()
+        offloaded.zero_grad()
+    for mine, theirs in zip(model.parameters(), plain_model.parameters(), strict=True):
+        assert torch.allclose(mine, theirs, rtol=1e-5, atol=1e-7)
+    assert offloaded.state == {}
+    parameter_bytes = sum(p.numel() * 4 for p in model.parameters())
+    # on the host: master parameters, gradient buffers and the two moments
+    assert offloaded.host_bytes >= 4 * parameter_bytes
+    assert offloaded.peak_gradient_bytes == (64 * 64 + 64) * 4

@@ -3,22 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpuconsole.actions.memory.session import DoctorRequest, MemoryReport, _choose
+from gpuconsole.actions.memory.session import DoctorRequest, MemoryReport, _choose, _largest_batch
 from gpuconsole.actions.memory.trials import (
+    PROBE,
+    TRIAL,
+    UNSOUND_BUDGET,
     Fixes,
     Trial,
+    agreement,
+    batch_granule,
+    budget_for_target,
     checkpoint_interval,
+    climb_base,
     combinations,
     default_target_mib,
     first_trials,
     loss_drift,
+    memory_parts,
     next_batch,
+    parse_fix_list,
     parse_fixes,
+    peak_inversions,
     recommend,
+    what_stops,
 )
 
 FP32 = Fixes()
@@ -88,17 +102,17 @@ def test_the_batch_search_finds_the_largest_batch_that_fits(target: float) -> No
     fitting, failing, last, probes = 32, None, measure(32), 0
     if not fits(32):
         fitting, failing = 0, 32
-    while (size := next_batch(fitting, failing, last, target)) is not None:
+    while (size := next_batch(fitting, failing, last, target, 8)) is not None:
         probes += 1
         last = measure(size)
         fitting, failing = (size, failing) if fits(size) else (fitting, size)
     truth = max(b for b in range(1, 400) if fits(b))
-    assert truth - max(1, truth // 16) <= fitting <= truth
+    assert truth - max(8, truth // 16) <= fitting <= truth
     assert probes <= 8
 
 
 def test_fix_names_read_back() -> None:
-    for fixes in first_trials("bf16"):
+    for fixes in first_trials("bf16", compiled=True):
         assert parse_fixes(fixes.name) == fixes
     assert parse_fixes("fp16+checkpoint/3+micro-batch/4") == Fixes(
         precision="fp16", checkpoint_every=3, micro_batches=4
@@ -113,19 +127,39 @@ def test_micro_batches_split_the_batch_and_accumulate() -> None:
     assert args[args.index("--accumulate") + 1] == "4"
 
 
-def test_the_report_shows_reserved_and_allocated_peaks_and_the_model_states_floor() -> None:
+def test_the_report_shows_peaks_speeds_and_where_the_memory_goes() -> None:
     from gpuconsole.actions.memory.output import report_text
-    from gpuconsole.actions.memory.session import MemoryReport
 
-    fp32 = replace(TABLE[0], allocated_mib=11_000.0)
-    report = MemoryReport("gpu01", "bert", 32, 2_400.0, [fp32, *TABLE[1:]], recommend(TABLE, 2_400))
+    fp32 = replace(TABLE[0], allocated_mib=11_000.0, compiled=True, spread=0.012)
+    smallest = replace(TABLE[-1], state_mib=1_248.0, parameters_mib=416.0, compiled=True)
+    trials = [fp32, *TABLE[1:-1], smallest]
+    report = MemoryReport("gpu01", "bert", 32, 1_900.0, trials, recommend(trials, 1_900.0))
     lines = report_text(report).splitlines()
-    assert lines[1].split()[:3] == ["trial", "peak", "allocated"]
-    assert lines[2].split()[:5] == ["fp32", "11.52", "GiB", "10.74", "GiB"]
-    assert (
-        "model state (parameters and optimizer state): 1.66 GiB, which no activation fix lowers"
-        in lines
-    )
+    assert lines[1].split()[:4] == ["trial", "mode", "peak", "allocated"]
+    assert lines[2].split()[:7] == ["fp32", "compiled", "11.52", "GiB", "10.74", "GiB", "+0%"]
+    assert "1.2%" in lines[2].split()  # the halves of its measured steps
+    assert "recommended: nothing tried fits the target (shard the model: FSDP, ZeRO)" in lines
+    where = lines.index("where the memory goes at the smallest peak, bf16+checkpoint+expandable "
+                        "(1.90 GiB):")  # fmt: skip
+    assert [line.split()[:3] for line in lines[where + 1 : where + 4]] == [
+        ["parameters", "416.0", "MiB"],
+        ["optimizer", "state", "832.0"],
+        ["everything", "else", "702.0"],
+    ]
+    assert lines[where + 4].startswith("  over the target by 50.0 MiB: activations and the rest")
+
+
+def test_what_keeps_a_peak_over_the_target() -> None:
+    parts = memory_parts(trial(CKPT, 2_000.0, 500.0, state_mib=1_200.0, parameters_mib=400.0))
+    assert (parts.optimizer_mib, parts.rest_mib) == (800.0, 800.0)
+    assert what_stops(parts, 2_000.0) is None
+    assert what_stops(parts, 1_500.0) == "the rest"
+    assert what_stops(parts, 1_100.0) == "model state"
+    assert what_stops(parts, 300.0) == "parameters"
+    # the optimizer on the host: the device holds the parameters alone
+    offloaded = replace(CKPT, offload_optimizer=True)
+    parts = memory_parts(trial(offloaded, 1_300.0, 300.0, state_mib=400.0, parameters_mib=400.0))
+    assert parts.optimizer_mib == 0.0 and what_stops(parts, 1_000.0) == "the rest"
 
 
 def test_combinations_add_one_fix_at_a_time_least_intrusive_first() -> None:
@@ -133,8 +167,9 @@ def test_combinations_add_one_fix_at_a_time_least_intrusive_first() -> None:
     assert names == [
         "bf16+checkpoint+expandable",
         "bf16+checkpoint+expandable+optimizer-in-backward",
-        "bf16+checkpoint+compress-bf16+expandable+optimizer-in-backward",
-        "bf16+checkpoint+compress-fp8+expandable+optimizer-in-backward",
+        "bf16+checkpoint+expandable+optimizer-offload",
+        "bf16+checkpoint+compress-bf16+expandable+optimizer-offload",
+        "bf16+checkpoint+compress-fp8+expandable+optimizer-offload",
     ]
     fp16 = [f.name for f in combinations(replace(CKPT, precision="fp16"), allocator=False)]
     assert fp16 == ["fp16+checkpoint+compress-bf16", "fp16+checkpoint+compress-fp8"]
@@ -143,16 +178,19 @@ def test_combinations_add_one_fix_at_a_time_least_intrusive_first() -> None:
         parse_fixes("bf16+optimizer-in-backward+micro-batch/2")
 
 
-def _doctor_choice(measured: dict[str, tuple[float, float, float]], target: float) -> MemoryReport:
+def _doctor_choice(
+    measured: dict[str, tuple[float, float, float]], target: float, compiled: bool = True
+) -> MemoryReport:
     """The doctor's choice after the first trials, a trial being a lookup in ``measured``
-    (name: peak MiB, samples/s, loss); the names tried are the report's trials."""
+    (name: peak MiB, samples/s, loss); the names tried are the report's trials. A set not in
+    ``measured`` takes more than any card."""
     report = MemoryReport("gpu01", "bert", 32)
     report.trials = [trial(f, *measured[f.name][:2], loss=measured[f.name][2]) for f in
-                     first_trials("bf16") if f.name in measured]  # fmt: skip
+                     first_trials("bf16", compiled) if f.name in measured]  # fmt: skip
 
-    async def run(fixes: Fixes, batch: int | None = None, probe: bool = False) -> Trial:
+    async def run(fixes: Fixes, batch: int | None = None, role: str = TRIAL) -> Trial:
         peak, speed, loss = measured.get(fixes.name, (99_999.0, 1.0, 7.0))
-        done = trial(fixes, peak, speed, loss=loss)
+        done = replace(trial(fixes, peak, speed, loss=loss), role=role)
         report.trials.append(done)
         return done
 
@@ -160,16 +198,18 @@ def _doctor_choice(measured: dict[str, tuple[float, float, float]], target: floa
     return report
 
 
-# The shape of the H200's figures: nothing alone fits 2,430 MiB; fp8 compression on top of
-# checkpointing, stepping in backward and expandable segments does.
+# The shape of the H200's eager figures: nothing alone fits 2,430 MiB; the optimizer's state on
+# the host on top of checkpointing and expandable segments does, but slowly; fp8 compression
+# on top of that fits 1,750 MiB.
 LADDER = {
     "fp32": (12_150.0, 137.0, 10.44),
     "bf16": (8_360.0, 800.0, 10.465),
     "bf16+checkpoint": (3_110.0, 560.0, 10.465),
     "bf16+checkpoint+expandable": (2_910.0, 565.0, 10.465),
-    "bf16+checkpoint+expandable+optimizer-in-backward": (2_810.0, 565.0, 10.465),
-    "bf16+checkpoint+compress-bf16+expandable+optimizer-in-backward": (2_530.0, 560.0, 10.465),
-    "bf16+checkpoint+compress-fp8+expandable+optimizer-in-backward": (2_410.0, 558.0, 10.466),
+    "bf16+checkpoint+expandable+optimizer-in-backward": (2_810.0, 555.0, 10.465),
+    "bf16+checkpoint+expandable+optimizer-offload": (2_000.0, 300.0, 10.465),
+    "bf16+checkpoint+compress-bf16+expandable+optimizer-offload": (1_800.0, 250.0, 10.465),
+    "bf16+checkpoint+compress-fp8+expandable+optimizer-offload": (1_700.0, 240.0, 10.466),
 }
 
 
@@ -178,33 +218,214 @@ def _tried(report: MemoryReport) -> list[str]:
 
 
 def test_when_nothing_fits_fixes_are_combined_until_one_does() -> None:
-    report = _doctor_choice(LADDER, 2_430.0)
+    report = _doctor_choice(LADDER, 1_750.0)
     # each rung once, in order, up to the first fit; then that set less each earlier addition
-    assert _tried(report)[-5:] == [
-        *list(LADDER)[-3:],
+    assert _tried(report)[-7:] == [
+        *list(LADDER)[-4:],
+        "bf16+checkpoint+compress-fp8+expandable+optimizer-in-backward",
         "bf16+checkpoint+compress-fp8+expandable",
-        "bf16+checkpoint+compress-fp8+optimizer-in-backward",
+        "bf16+checkpoint+compress-fp8+optimizer-offload",
     ]
-    assert report.recommended.fixes.name == list(LADDER)[-1]  # neither leaner set fits
-    # a looser target stops the climb at the first rung that fits
-    report = _doctor_choice(LADDER, 2_850.0)
+    assert report.recommended.fixes.name == list(LADDER)[-1]  # no leaner set fits
+    # a looser target stops the climb at the first rung that fits; the leaner sets already
+    # tried (the rungs below it) are not tried again
+    report = _doctor_choice(LADDER, 2_430.0)
     assert _tried(report)[-2:] == [
-        "bf16+checkpoint+expandable+optimizer-in-backward",
-        "bf16+checkpoint+optimizer-in-backward",
+        "bf16+checkpoint+expandable+optimizer-offload",
+        "bf16+checkpoint+optimizer-offload",
     ]
-    assert report.recommended.fixes.name == "bf16+checkpoint+expandable+optimizer-in-backward"
+    assert report.recommended.fixes.name == "bf16+checkpoint+expandable+optimizer-offload"
 
 
 def test_a_fix_the_fitting_set_does_not_need_is_left_out() -> None:
-    """fp8 compression saves enough without the step in backward, which costs throughput."""
+    """fp8 compression saves enough with the optimizer stepped in backward on the device, which
+    costs far less throughput than stepping on the host."""
     measured = {
         **LADDER,
-        "bf16+checkpoint+compress-fp8+expandable": (2_420.0, 600.0, 10.466),
-        "bf16+checkpoint+compress-fp8+optimizer-in-backward": (2_600.0, 540.0, 10.466),
+        "bf16+checkpoint+compress-fp8+expandable+optimizer-in-backward": (1_740.0, 420.0, 10.466),
+        "bf16+checkpoint+compress-fp8+expandable": (1_900.0, 430.0, 10.466),
     }
-    report = _doctor_choice(measured, 2_430.0)
-    assert report.recommended.fixes.name == "bf16+checkpoint+compress-fp8+expandable"
+    report = _doctor_choice(measured, 1_750.0)
+    assert report.recommended.fixes.name == (
+        "bf16+checkpoint+compress-fp8+expandable+optimizer-in-backward"
+    )
     # leaner but no faster (within SAME_SPEED): the set with fewer fixes still wins
-    measured["bf16+checkpoint+compress-fp8+expandable"] = (2_420.0, 557.0, 10.466)
-    report = _doctor_choice(measured, 2_430.0)
+    measured["bf16+checkpoint+compress-fp8+expandable"] = (1_745.0, 415.0, 10.466)
+    report = _doctor_choice(measured, 1_750.0)
     assert report.recommended.fixes.name == "bf16+checkpoint+compress-fp8+expandable"
+
+
+def test_the_climb_starts_from_the_smallest_sound_activation_fix() -> None:
+    """A memory budget that left less than checkpointing is where the climb starts, and it adds
+    no compression (the budget is the compiler's, compression runs eagerly); a budget whose
+    gradients are wrong is never a base."""
+    budget = replace(BF16, memory_budget=0.5)
+    measured = {**LADDER, budget.name: (2_950.0, 700.0, 10.465)}
+    report = _doctor_choice(measured, 1_750.0)
+    climbed = [name for name in _tried(report) if "memory-budget/0.5+" in name]
+    assert climbed == [
+        "bf16+memory-budget/0.5+expandable",
+        "bf16+memory-budget/0.5+expandable+optimizer-in-backward",
+        "bf16+memory-budget/0.5+expandable+optimizer-offload",
+    ]
+    # the same runs, the budget's gradients wrong (dropout recomputed): checkpointing is the base
+    report = MemoryReport("gpu01", "bert", 32)
+    report.trials = [
+        trial(Fixes(), 12_150.0, 137.0),
+        replace(trial(budget, 2_950.0, 700.0), unsound=UNSOUND_BUDGET),
+        trial(CKPT, 3_110.0, 560.0),
+    ]
+    assert climb_base(report.trials, "bf16").fixes == CKPT
+    assert recommend(report.trials, 3_000.0) is None  # the budget fits but is unsound
+
+
+def test_the_fixes_that_work_with_the_compiler_read_back_and_become_flags() -> None:
+    fixes = parse_fixes("bf16+selective-checkpoint/2+memory-budget/0.25+optimizer-offload")
+    assert fixes == Fixes(
+        precision="bf16",
+        checkpoint_every=2,
+        selective=True,
+        memory_budget=0.25,
+        offload_optimizer=True,
+    )
+    assert parse_fixes(fixes.name) == fixes and fixes.count == 4
+    args = fixes.arguments(32)
+    assert args[args.index("--checkpoint-every") + 1] == "2"
+    assert "--selective-checkpoint" in args and "--offload-optimizer" in args
+    assert args[args.index("--activation-memory-budget") + 1] == "0.25"
+    assert "--no-compile" not in args  # the preset decides: the job as it runs
+    # compression runs eagerly, whatever the preset
+    assert parse_fixes("bf16+compress-fp8").arguments(32)[-2:] == [
+        "--no-compile",
+        "--no-expandable-segments",
+    ]
+    assert parse_fix_list(" bf16, bf16+checkpoint ,") == (BF16, CKPT)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("bf16+memory-budget/0", "unknown fix 'memory-budget/0'"),  # 0 is refused
+        ("bf16+memory-budget/1", "unknown fix 'memory-budget/1'"),  # 1 is no budget
+        ("bf16+optimizer-offload+optimizer-in-backward", "already steps each block"),
+        ("bf16+optimizer-offload+micro-batch/2", "optimizer-offload steps at every backward"),
+        ("bf16+memory-budget/0.5+compress-fp8", "compression runs eagerly"),
+    ],
+)
+def test_sets_that_cannot_run_are_refused_by_name(name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_fixes(name)
+
+
+def test_the_first_trials_follow_the_job() -> None:
+    compiled = [f.name for f in first_trials("bf16", compiled=True, allocator=True)]
+    assert compiled[:5] == [
+        "fp32", "bf16", "bf16+checkpoint", "bf16+selective-checkpoint", "bf16+memory-budget/0.5",
+    ]  # fmt: skip
+    assert {"bf16+optimizer-offload", "bf16+optimizer-in-backward"} <= set(compiled)
+    eager = [f.name for f in first_trials("bf16", compiled=False, allocator=False)]
+    assert not any("memory-budget" in n or "expandable" in n for n in eager)
+    fp16 = [f.name for f in first_trials("fp16", compiled=True)]
+    assert not any("optimizer" in n for n in fp16)  # no step in backward with loss scaling
+
+
+def test_the_budget_for_the_target_is_read_off_the_line_through_two_runs() -> None:
+    plain = trial(BF16, 8_000.0, 1_000.0)
+    half = trial(replace(BF16, memory_budget=0.5), 6_000.0, 950.0)
+    # 6,000 + (5,000 - 6,000) / (8,000 - 6,000) × ... below 0.5: 0.25
+    assert budget_for_target(plain, half, 5_000.0) == 0.25
+    assert budget_for_target(plain, half, 7_000.0) == 0.75
+    assert budget_for_target(plain, half, 6_050.0) is None  # rounds down to 0.5: tried
+    assert budget_for_target(plain, half, 9_000.0) is None  # no budget needed
+    assert budget_for_target(plain, half, 100.0) == 0.05  # never below the grid
+    assert budget_for_target(plain, replace(half, peak_mib=8_100.0), 5_000.0) is None
+
+
+def _search(peak: Callable[[int], float], batch: int, target: float, probes: int) -> tuple:
+    """The session's batch search against a job whose peak at batch b is ``peak(b)``: the
+    largest batch it found, and the batches it ran, in order."""
+    ran: list[tuple[int, str]] = []
+
+    def measured(fixes: Fixes, size: int) -> Trial:
+        return replace(trial(fixes, peak(size), 100.0), state_mib=peak(0))
+
+    async def run(fixes: Fixes, size: int | None = None, role: str = TRIAL) -> Trial:
+        ran.append((size, role))
+        return replace(measured(fixes, size), role=role)
+
+    base = measured(BF16, batch)
+    found = asyncio.run(_largest_batch(base, batch, target, run, probes))
+    return found, ran
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    state=st.floats(0, 4_000),
+    per_sample=st.floats(1, 400),
+    curvature=st.floats(0, 2),
+    batch=st.sampled_from([1, 5, 8, 12, 16, 32, 64]),
+    room=st.floats(0.5, 600),
+)
+def test_the_batch_search_is_monotone_and_finds_the_largest_batch(
+    state: float, per_sample: float, curvature: float, batch: int, room: float
+) -> None:
+    """For any job whose peak rises with the batch: every batch probed lies between the largest
+    known to fit and the smallest known not to, in multiples of 8 for a job whose batch is one
+    (once at least 8 fits), and the search ends within a sixteenth of the true largest batch."""
+
+    def peak(size: int) -> float:
+        return state + per_sample * size + curvature * size**2
+
+    target = state + per_sample * room
+    found, ran = _search(peak, batch, target, probes=24)
+    probes = [size for size, role in ran if role == PROBE]
+    granule = batch_granule(batch)
+    fitting, failing = (batch, None) if peak(batch) <= target else (0, batch)
+    for size in probes:
+        assert size > fitting and (failing is None or size < failing)
+        assert fitting < granule or size % granule == 0
+        fitting, failing = (size, failing) if peak(size) <= target else (fitting, size)
+    truth = max((b for b in range(1, 700) if peak(b) <= target), default=0)
+    if truth == 0:
+        assert found is None
+        return
+    largest = found.fixes.batch_size or batch
+    assert peak(largest) <= target
+    assert truth - max(granule, truth // 16) <= largest <= truth
+    if largest != batch:  # the largest found is measured again, as a trial, for its speed
+        assert ran[-1] == (largest, TRIAL) and found.role == TRIAL
+
+
+def test_a_search_stops_at_its_probe_budget() -> None:
+    found, ran = _search(lambda b: 100.0 + b, 8, 10_000.0, probes=2)
+    # the linear guess (9,600: 97 % of the room) fits, the next an eighth above does not
+    assert ran == [(9_600, PROBE), (10_800, PROBE), (9_600, TRIAL)]
+    assert found.fixes.batch_size == 9_600
+
+
+@given(st.lists(st.tuples(st.integers(1, 512), st.floats(0, 1e6)), max_size=12))
+def test_peak_inversions_name_every_fall_and_nothing_else(points: list) -> None:
+    inversions = peak_inversions(points)
+    peaks: dict[int, list[float]] = {}
+    for batch, peak in points:
+        peaks.setdefault(batch, []).append(peak)
+    for smaller, larger in inversions:
+        assert smaller < larger
+        assert min(peaks[larger]) < max(peaks[smaller])
+    by_batch = [max(peaks[b]) for b in sorted(peaks)]
+    lowest = [min(peaks[b]) for b in sorted(peaks)]
+    rising = all(lowest[i] >= max(by_batch[:i]) for i in range(1, len(by_batch)))
+    assert (not inversions) == rising
+
+
+@given(st.lists(st.floats(0, 1e6), max_size=12))
+def test_peaks_that_rise_with_the_batch_have_no_inversion(peaks: list) -> None:
+    assert peak_inversions(list(enumerate(sorted(peaks), 1))) == []
+
+
+@given(st.floats(1, 1e4), st.floats(1, 1e4))
+def test_two_runs_agree_by_their_gap_over_their_mean(a: float, b: float) -> None:
+    gap = agreement(trial(BF16, 1.0, a), trial(BF16, 1.0, b))
+    assert gap == pytest.approx(agreement(trial(BF16, 1.0, b), trial(BF16, 1.0, a)))
+    assert 0 <= gap < 2 and (gap == 0) == (a == b)
+    assert agreement(trial(BF16, 1.0, a), Trial(BF16, error="oom")) is None

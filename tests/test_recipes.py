@@ -329,3 +329,71 @@ def test_image_folder_is_read(run_recipe, recipe_dir: Path) -> None:
     assert code == 0, stderr
     summary = only_summary(events)
     assert summary["knobs"]["data"] == str(root) and summary["knobs"]["workers"] == 1
+
+
+def test_a_steady_figure_takes_more_steps_and_keeps_the_step_its_loss_is_read_at(
+    run_recipe,
+) -> None:
+    """--steady-within measures more rounds of --steps until the halves agree (here never: up
+    to --max-steps); the loss compared between runs is the one after warm-up and --steps."""
+    plain = ("--precision", "fp32", "--steps", "4", "--warmup-steps", "1")
+    code, events, stderr = run_recipe("bert", *FAST, *plain)
+    assert code == 0, stderr
+    once = only_summary(events)
+    code, events, stderr = run_recipe(
+        "bert", *FAST, *plain, "--steady-within", "1e-9", "--max-steps", "10"
+    )
+    assert code == 0, stderr
+    longer = only_summary(events)
+    assert (once["steps"], longer["steps"]) == (4, 10)
+    assert longer["loss_after_steps"] == once["loss_after_steps"] == once["loss_last"]
+    assert 0 <= longer["spread"] < 2 and once["spread"] is not None
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--activation-memory-budget", "0.5"), "is torch.compile's partitioner: add --compile"),
+        (("--activation-memory-budget", "0"), "not a share above 0"),
+        (("--selective-checkpoint",), "add --checkpoint-every K"),
+        (("--offload-optimizer", "--optimizer-in-backward"), "drop --optimizer-in-backward"),
+        (("--offload-optimizer", "--accumulate", "2"), "--offload-optimizer steps on every"),
+    ],
+)
+def test_memory_fixes_that_cannot_run_are_usage_errors(
+    run_recipe, flags: tuple[str, ...], message: str
+) -> None:
+    code, events, _ = run_recipe("bert", *FAST, *flags)
+    assert code == 2
+    assert events[-1]["kind"] == "usage" and message in events[-1]["message"]
+
+
+def test_the_optimizer_on_the_host_keeps_the_arithmetic(run_recipe) -> None:
+    """The same losses as AdamW on the device; the device holds the parameters alone."""
+    plain = ("--precision", "fp32", "--steps", "3", "--warmup-steps", "0")
+    summaries = []
+    for extra in ((), ("--offload-optimizer",), ("--offload-optimizer", "--checkpoint-every", "1")):
+        code, events, stderr = run_recipe("bert", *FAST, *plain, *extra)
+        assert code == 0, stderr
+        summaries.append(only_summary(events))
+    stepped, offloaded, checkpointed = summaries
+    assert offloaded["loss_last"] == pytest.approx(stepped["loss_last"], rel=1e-5)
+    assert checkpointed["loss_last"] == pytest.approx(stepped["loss_last"], rel=1e-5)
+    assert offloaded["model_state_mib"] == offloaded["parameters_mib"]
+    assert stepped["model_state_mib"] == pytest.approx(3 * stepped["parameters_mib"], rel=0.01)
+    assert offloaded["host_state_mib"] >= 4 * offloaded["parameters_mib"]
+    assert offloaded["tensor_peak_mib"] < stepped["tensor_peak_mib"]
+
+
+def test_a_compiled_recipe_takes_the_compilers_fixes(run_recipe) -> None:
+    """Compiled (with the partitioner and no generated code), checkpointed selectively, under a
+    memory budget: it runs, and says that bert's dropout is recomputed under the budget."""
+    flags = ("--tiny", "--device", "cpu", "--compile", "--compile-backend",
+             "aot_eager_decomp_partition", "--checkpoint-every", "1", "--selective-checkpoint",
+             "--activation-memory-budget", "0.5", "--steps", "2")  # fmt: skip
+    code, events, stderr = run_recipe("bert", *flags)
+    assert code == 0, stderr
+    knobs = only_summary(events)["knobs"]
+    assert knobs["compile"] is True and knobs["compile_backend"] == "aot_eager_decomp_partition"
+    assert knobs["selective_checkpoint"] is True and knobs["activation_memory_budget"] == 0.5
+    assert knobs["budget_recomputes_dropout"] is True

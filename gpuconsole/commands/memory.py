@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 def add(commands: Subcommands) -> None:
     memory = commands.add_parser(
         "memory",
-        help="short trials of a recipe with each memory fix (mixed precision, checkpointing, "
-        "compression, expandable segments, micro-batches) and the cheapest set that fits",
+        help="short trials of a recipe, run as its preset runs it, with each memory fix (mixed "
+        "precision, checkpointing, the compiler's memory budget, compression, the optimizer "
+        "in backward or on the host, expandable segments, micro-batches) and the cheapest set "
+        "that fits",
     )
     memory.add_argument("recipe", choices=RECIPES)
     memory.add_argument("--host", metavar="NAME", help="an inventory host (default: this host)")
@@ -34,9 +36,16 @@ def add(commands: Subcommands) -> None:
     )
     memory.add_argument(
         "--fixes",
-        metavar="SET",
-        help="try only this set (as the report names it, e.g. bf16+checkpoint) and find the "
-        "largest batch with it",
+        metavar="SET[,SET...]",
+        help="try only these sets (as the report names them, e.g. bf16,bf16+checkpoint), choose "
+        "among them and find the largest batch with the choice",
+    )
+    memory.add_argument(
+        "--preset",
+        choices=("tuned", "baseline"),
+        default="tuned",
+        help="the job's preset, as `launch` runs it: tuned compiles where the recipe does, "
+        "baseline runs eagerly (default tuned)",
     )
     memory.add_argument("--amp", choices=("bf16", "fp16"), default="bf16", help="mixed precision")
     memory.add_argument(
@@ -47,7 +56,18 @@ def add(commands: Subcommands) -> None:
     )
     memory.add_argument("--gpu", type=int, default=0, metavar="INDEX", help="the GPU to try on")
     memory.add_argument(
-        "--steps", type=positive_int, default=8, metavar="N", help="measured steps per trial"
+        "--steps",
+        type=positive_int,
+        default=20,
+        metavar="N",
+        help="measured steps per trial, more (up to 4 × N) until its speed is steady",
+    )
+    memory.add_argument(
+        "--batch-probes",
+        type=_probes,
+        default=8,
+        metavar="N",
+        help="at most N short runs search for the largest batch (0: no search)",
     )
     memory.add_argument(
         "--apply", action="store_true", help="then launch the recipe with the recommended fixes"
@@ -66,24 +86,29 @@ def _memory_target(text: str) -> tuple[float | None, float | None]:
     return (None, value / 100) if share else (value, None)
 
 
+def _probes(text: str) -> int:
+    """``--batch-probes``: 0 (no search) or a positive count."""
+    return 0 if text.strip() == "0" else positive_int(text)
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from gpuconsole.actions.launch.commands import LaunchSpec
     from gpuconsole.actions.memory.output import report_dict, report_text, trial_line
     from gpuconsole.actions.memory.session import (
         DoctorRequest,
         MemoryDoctorError,
         MemoryReport,
         Schedule,
+        launch_spec,
         run_doctor,
     )
-    from gpuconsole.actions.memory.trials import parse_fixes
+    from gpuconsole.actions.memory.trials import parse_fix_list
     from gpuconsole.commands.launch import launch_recipe
 
     hosts = targets(args, [args.host] if args.host else [])  # trials run on one GPU of one host
     try:
-        only = parse_fixes(args.fixes) if args.fixes else None
+        only = parse_fix_list(args.fixes) if args.fixes else None
     except ValueError as error:
         raise Refused(f"--fixes {error}", code=EXIT_BAD_INPUT) from None
     target_gib, target_share = args.target or (None, None)
@@ -96,9 +121,10 @@ def run(args: argparse.Namespace) -> int:
         args.batch_size,
         args.gpu,
         tuple(args.recipe_args),
-        Schedule(steps=args.steps),
+        Schedule(steps=args.steps, batch_probes=args.batch_probes),
+        args.preset,
     )
-    shown = MemoryReport(hosts[0].name, args.recipe)
+    shown = MemoryReport(hosts[0].name, args.recipe, preset=args.preset, amp=args.amp)
 
     def on_trial(trial: Trial) -> None:
         shown.trials.append(trial)
@@ -116,8 +142,7 @@ def run(args: argparse.Namespace) -> int:
         print(report_text(report))
     if not args.apply:
         return 0 if report.recommended is not None else 1
-    if report.recommended is None:
+    spec = launch_spec(request, report)
+    if spec is None:
         raise Refused("--apply: nothing tried fits the target, so nothing was launched")
-    fixed = report.recommended.fixes.arguments(report.batch_size or 1)
-    spec = LaunchSpec(args.recipe, "baseline", None, (*fixed, *args.recipe_args))
     return launch_recipe(hosts, spec, gpus=None, slurm_nodes=None, as_json=args.json)

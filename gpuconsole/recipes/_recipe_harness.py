@@ -9,7 +9,9 @@ only.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
+import functools
 import inspect
 import itertools
 import json
@@ -28,7 +30,11 @@ try:
     import torch
     import torch.distributed as dist
     from torch import nn
-    from torch.utils.checkpoint import checkpoint
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        checkpoint,
+        create_selective_checkpoint_contexts,
+    )
 except ImportError as missing:  # the host has no usable torch: say so the way every failure is said
     print(json.dumps({"event": "error", "kind": "dependency", "message": str(missing)}), flush=True)
     sys.exit(1)
@@ -42,6 +48,20 @@ COMPRESSED_TYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 COMPRESS_MIN_ELEMENTS = 4096  # smaller saved tensors are not worth a conversion
 MEMORY_HISTORY_ENTRIES = 200_000
+COMPILE_BACKENDS = ("inductor", "aot_eager_decomp_partition")
+MEMORY_DEFAULTS: dict[str, Any] = {
+    "checkpoint_every": 0,
+    "selective_checkpoint": False,
+    "activation_memory_budget": None,
+    "compress_activations": None,
+    "expandable_segments": False,
+    "optimizer_in_backward": False,
+    "offload_optimizer": False,
+    "compile_backend": "inductor",
+    "steady_within": None,
+    "max_steps": None,
+}
+"""Every recipe's memory and measurement knobs, off: the recipe's defaults and preset come after."""
 
 
 class RecipeError(Exception):
@@ -94,6 +114,16 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def share(text: str) -> float:
+    """A share above 0, at most 1: a --steady-within of 0 could never be met, and a memory budget
+    of 0 is the partitioner's shortcut that saves the graph's inputs alone, skipping even the
+    search that bans recomputing random operations (pytorch/pytorch#190717)."""
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a share above 0 and at most 1")
+    return value
+
+
 def common_parser(description: str, presets: dict[str, dict[str, Any]]) -> JsonArgumentParser:
     """The flags every recipe shares; a flag left out (None) takes the preset's value."""
     parser = JsonArgumentParser(description=description)
@@ -115,6 +145,19 @@ def common_parser(description: str, presets: dict[str, dict[str, Any]]) -> JsonA
         "(1: every block, 0: none)",
     )
     parser.add_argument(
+        "--selective-checkpoint",
+        action=on_off,
+        help="in the checkpointed blocks, keep what matmuls, convolutions and attention made and "
+        "recompute only the cheap operations between them",
+    )
+    parser.add_argument(
+        "--activation-memory-budget",
+        type=share,
+        metavar="SHARE",
+        help="torch.compile's partitioner saves at most this share of the activations it would "
+        "save for speed and recomputes the cheapest of the rest (needs --compile)",
+    )
+    parser.add_argument(
         "--compress-activations",
         choices=tuple(COMPRESSED_TYPES),
         help="keep the activations saved for backward in a narrower type",
@@ -124,6 +167,13 @@ def common_parser(description: str, presets: dict[str, dict[str, Any]]) -> JsonA
         action=on_off,
         help="step the optimizer during backward, a block at a time, and free each gradient "
         "as soon as it is used: the whole model's gradients never exist at once",
+    )
+    parser.add_argument(
+        "--offload-optimizer",
+        action=on_off,
+        help="keep the optimizer's state and a master copy of the parameters in the host's "
+        "memory: each block's gradients go to the host as backward completes them, the host steps "
+        "them while the GPU works, and the new parameters come back before the next forward",
     )
     parser.add_argument(
         "--expandable-segments",
@@ -142,6 +192,22 @@ def common_parser(description: str, presets: dict[str, dict[str, Any]]) -> JsonA
         "--steps", type=non_negative_int, help="measured micro-batches after warm-up"
     )
     parser.add_argument("--warmup-steps", type=non_negative_int, help="micro-batches not measured")
+    parser.add_argument(
+        "--steady-within",
+        type=share,
+        metavar="SHARE",
+        help="after --steps, measure more rounds of --steps until the first and the second half "
+        "of the measured steps agree on samples/s within this share (up to --max-steps)",
+    )
+    parser.add_argument(
+        "--max-steps", type=positive_int, help="measured steps at most (default 4 × --steps)"
+    )
+    parser.add_argument(
+        "--compile-backend",
+        choices=COMPILE_BACKENDS,
+        help="torch.compile's backend: inductor (the default), or aot_eager_decomp_partition, "
+        "the same partitioner without generating code (for tests)",
+    )
     parser.add_argument("--log-every", type=positive_int)
     parser.add_argument("--device", choices=("cuda", "cpu"))
     parser.add_argument("--tiny", action="store_true", help="tiny shapes, for CPU tests")
@@ -153,7 +219,7 @@ def resolve_knobs(
     args: argparse.Namespace, presets: dict[str, dict[str, Any]], defaults: dict[str, Any]
 ) -> dict[str, Any]:
     """Recipe defaults, then the preset, then every flag given explicitly."""
-    knobs = {**defaults, **presets[args.preset]}
+    knobs = {**MEMORY_DEFAULTS, **defaults, **presets[args.preset]}
     knobs.update({name: value for name, value in vars(args).items() if value is not None})
     if knobs.get("device") is None:
         knobs["device"] = "cuda" if torch.cuda.is_available() else "cpu"
@@ -161,32 +227,48 @@ def resolve_knobs(
         raise RecipeError("usage", "fp16 needs --device cuda (GradScaler); use bf16 on a CPU")
     if not knobs["compile"]:
         knobs["compile_mode"] = None
-    if knobs.get("compress_activations") and knobs["compile"]:
-        raise RecipeError(
-            "usage", "--compress-activations works eagerly: add --no-compile (hooks on saved "
-            "tensors do not combine with torch.compile)"
-        )  # fmt: skip
-    if knobs.get("optimizer_in_backward"):
-        _check_step_in_backward(knobs)
+    _check_memory_knobs(knobs)
     knobs["tf32"] = knobs["device"] == "cuda" and knobs["precision"] != "fp32"
     return knobs
 
 
-def _check_step_in_backward(knobs: dict[str, Any]) -> None:
+def _check_memory_knobs(knobs: dict[str, Any]) -> None:
+    """The memory fixes that cannot be combined, or need something else, refused by name."""
+    if knobs["compress_activations"] and knobs["compile"]:
+        raise RecipeError(
+            "usage", "--compress-activations works eagerly: add --no-compile (hooks on saved "
+            "tensors do not combine with torch.compile)"
+        )  # fmt: skip
+    if knobs["activation_memory_budget"] is not None and not knobs["compile"]:
+        raise RecipeError(
+            "usage", "--activation-memory-budget is torch.compile's partitioner: add --compile"
+        )  # fmt: skip
+    if knobs["selective_checkpoint"] and not knobs["checkpoint_every"]:
+        raise RecipeError(
+            "usage", "--selective-checkpoint chooses what checkpointed blocks keep: add "
+            "--checkpoint-every K"
+        )  # fmt: skip
+    if knobs["optimizer_in_backward"] and knobs["offload_optimizer"]:
+        raise RecipeError(
+            "usage", "--offload-optimizer already steps each block in backward, on the host: "
+            "drop --optimizer-in-backward"
+        )  # fmt: skip
+    for flag in ("optimizer_in_backward", "offload_optimizer"):
+        if knobs[flag]:
+            _check_step_in_backward(knobs, "--" + flag.replace("_", "-"))
+
+
+def _check_step_in_backward(knobs: dict[str, Any], flag: str) -> None:
     """A step inside backward needs each backward to end a whole step, on unscaled gradients
     that no other process still has to average."""
     if knobs["accumulate"] > 1:
-        raise RecipeError(
-            "usage", "--optimizer-in-backward steps on every backward: drop --accumulate"
-        )
+        raise RecipeError("usage", f"{flag} steps on every backward: drop --accumulate")
     if knobs["precision"] == "fp16":
-        raise RecipeError(
-            "usage", "--optimizer-in-backward cannot unscale fp16 gradients: use bf16"
-        )
+        raise RecipeError("usage", f"{flag} cannot unscale fp16 gradients: use bf16")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise RecipeError(
-            "usage", "--optimizer-in-backward runs on one process: gradients are stepped "
-            "before DistributedDataParallel averages them"
+            "usage", f"{flag} runs on one process: gradients are stepped before "
+            "DistributedDataParallel averages them"
         )  # fmt: skip
 
 
@@ -245,38 +327,101 @@ REENTRANT_WHERE_POSSIBLE = True
 non-reentrant kind (benchmarks/checkpoint_step_cost.py compares the two)."""
 
 
-def recompute(function: Callable[..., Any], *args: Any) -> Any:
-    """``function(*args)``, its activations recomputed in backward instead of kept; for a block
-    whose parameters no other call uses (under DistributedDataParallel a reentrant backward marks
-    them ready, and a parameter may be marked once a step).
+KEPT_BY_SELECTIVE_CHECKPOINT = (
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "convolution",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+)
+"""The aten operations whose outputs a selective checkpoint keeps: the matmuls, convolutions and
+attention, where the time goes; everything between them (casts, norms, GELU, dropout, additions)
+is recomputed. The same list as torchtitan's op-level selective checkpointing, with convolution
+for the vision recipes; the names this torch lacks are left out."""
 
-    The reentrant kind where an argument needs a gradient: it runs the forward without autograd
-    and recomputes inside a nested backward, which costs the host fewer Python calls than the
-    non-reentrant kind's hooks on every saved tensor, and a checkpointed step is bound by the
-    host (on an H200, bert at batch 32 took 50.9 instead of 57.8 ms to enqueue a step, and the
-    GPU finished 4 ms after). With no such argument the reentrant kind would give the block's
-    parameters no gradient, so there the non-reentrant kind runs."""
-    reentrant = REENTRANT_WHERE_POSSIBLE and any(
-        isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args
+
+def _kept_operations() -> frozenset[Any]:
+    found = (getattr(torch.ops.aten, name, None) for name in KEPT_BY_SELECTIVE_CHECKPOINT)
+    return frozenset(packet.default for packet in found if packet is not None)
+
+
+KEPT_OPERATIONS = _kept_operations()
+
+
+def keep_matmuls(context: Any, operation: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    """The selective checkpoint's policy (`torch.utils.checkpoint.create_selective_checkpoint_
+    contexts`, PyTorch's "Selective Activation Checkpoint"): MUST_SAVE for `KEPT_OPERATIONS`,
+    PREFER_RECOMPUTE for the rest. Under torch.compile the partitioner reads the same decision
+    off each node. Where tensors are counted (no CUDA) and this torch hands the policy the
+    operation's output (``op_output``), what is kept is counted until the end of backward."""
+    if operation not in KEPT_OPERATIONS:
+        return CheckpointPolicy.PREFER_RECOMPUTE
+    meter = SavedActivations.active
+    if meter is not None and not context.is_recompute:
+        meter.hold_until_backward(getattr(context, "op_output", None))
+    return CheckpointPolicy.MUST_SAVE
+
+
+SELECTIVE = functools.partial(create_selective_checkpoint_contexts, keep_matmuls)
+
+
+def recompute(function: Callable[..., Any], *args: Any, selective: bool = False) -> Any:
+    """``function(*args)``, its activations recomputed in backward instead of kept (``selective``:
+    all but what `keep_matmuls` keeps); for a block whose parameters no other call uses (under
+    DistributedDataParallel a reentrant backward marks them ready, and a parameter may be marked
+    once a step).
+
+    The reentrant kind where an argument needs a gradient, eagerly and without a policy: it runs
+    the forward without autograd and recomputes inside a nested backward, which costs the host
+    fewer Python calls than the non-reentrant kind's hooks on every saved tensor, and a
+    checkpointed step is bound by the host (on an H200, bert at batch 32 took 50.9 instead of
+    57.8 ms to enqueue a step, and the GPU finished 4 ms after). Elsewhere the non-reentrant kind:
+    with no such argument the reentrant kind would give the block's parameters no gradient; a
+    policy (``context_fn``) needs it; and torch.compile traces it into its graph, where the
+    partitioner recomputes the block (PyTorch's docs of torch.utils.checkpoint: "use_reentrant=
+    False" is the kind torch.compile supports). The non-reentrant kind keeps its inputs itself,
+    not through saved-tensor hooks, so where tensors are counted they are counted here."""
+    compiling = torch.compiler.is_compiling()
+    reentrant = (
+        REENTRANT_WHERE_POSSIBLE
+        and not (selective or compiling)
+        and any(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args)
     )
-    return checkpoint(function, *args, use_reentrant=reentrant)
+    if reentrant:
+        return checkpoint(function, *args, use_reentrant=True)
+    meter = None if compiling else SavedActivations.active
+    if meter is not None:
+        for arg in args:
+            meter.hold_until_backward(arg)
+    if selective:
+        return checkpoint(function, *args, use_reentrant=False, context_fn=SELECTIVE)
+    return checkpoint(function, *args, use_reentrant=False)
 
 
 class Checkpointed(nn.Module):
-    """Recomputes the wrapped block in backward instead of keeping its activations.
+    """Recomputes the wrapped block in backward instead of keeping its activations (``selective``:
+    keeps what `keep_matmuls` names, recomputes the rest).
 
-    The checkpoint keeps only the block's input, saved for backward like any activation: where
-    `SavedActivations` hooks are active they count it, and narrow it when compressing."""
+    The checkpoint keeps the block's input: where `SavedActivations` hooks are active they count
+    it, and narrow it when compressing (the reentrant kind saves it for backward like any
+    activation; `recompute` counts what the non-reentrant kind keeps)."""
 
-    def __init__(self, inner: nn.Module) -> None:
+    def __init__(self, inner: nn.Module, selective: bool = False) -> None:
         super().__init__()
         self.inner = inner
+        self.selective = selective
 
     def forward(self, *args: Any) -> Any:
-        return recompute(self.inner, *args)
+        return recompute(self.inner, *args, selective=self.selective)
 
 
-def checkpoint_blocks(slots: Sequence[tuple[Any, int | str]], every: int) -> int:
+def checkpoint_blocks(
+    slots: Sequence[tuple[Any, int | str]], every: int, selective: bool = False
+) -> int:
     """Wrap every ``every``-th block (the first, then each k-th after it) in `Checkpointed`.
 
     ``slots`` are the model's blocks in forward order as (container, key): a ModuleList or
@@ -287,9 +432,9 @@ def checkpoint_blocks(slots: Sequence[tuple[Any, int | str]], every: int) -> int
         if every < 1 or position % every:
             continue
         if isinstance(key, str):
-            setattr(container, key, Checkpointed(getattr(container, key)))
+            setattr(container, key, Checkpointed(getattr(container, key), selective))
         else:
-            container[key] = Checkpointed(container[key])
+            container[key] = Checkpointed(container[key], selective)
         wrapped += 1
     return wrapped
 
@@ -301,14 +446,47 @@ class SavedActivations(torch.autograd.graph.saved_tensors_hooks):
     Parameters and views of them are left alone and not counted (autograd saves a reference, not
     a copy); autocast's copies of them are counted but not narrowed; small or non-float tensors
     are kept as they are. Inside a checkpointed block the checkpoint's own hooks apply instead:
-    what it recomputes is not saved, so it is neither compressed nor counted."""
+    what it recomputes is not saved, so it is neither compressed nor counted. What a checkpoint
+    keeps by other means (a non-reentrant checkpoint's inputs, a selective checkpoint's kept
+    outputs) is counted through `hold_until_backward` while the hooks are active (`active`).
+
+    Under torch.compile the compiled graph's saved tensors pass through the same hooks: the count
+    is then of what the partitioner chose to save."""
+
+    active: SavedActivations | None = None
+    """The meter whose hooks are on now (forward), for what checkpoints keep outside them."""
 
     def __init__(self, compress: str | None) -> None:
         self.dtype = COMPRESSED_TYPES[compress] if compress else None
         self.live_bytes = 0
         self.peak_bytes = 0
         self._storages: dict[int, list[int]] = {}  # data pointer: [saved tensors on it, bytes]
+        self._until_backward: list[int] = []
         super().__init__(self._pack, self._unpack)
+
+    def __enter__(self) -> None:
+        SavedActivations.active = self
+        super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        SavedActivations.active = None
+        super().__exit__(*exc)
+
+    def hold_until_backward(self, value: Any) -> None:
+        """Count the tensors in ``value`` (a tensor or a tuple of them) until `release_held`,
+        which the training loop calls after backward. Parameters are references, not copies,
+        and tensors of a tracing compiler are not memory: neither is counted."""
+        tensors = value if isinstance(value, (tuple, list)) else (value,)
+        for tensor in tensors:
+            if type(tensor) is torch.Tensor and not _is_parameter(tensor):
+                storage = tensor.untyped_storage()
+                self.hold(storage)
+                self._until_backward.append(storage.data_ptr())
+
+    def release_held(self) -> None:
+        for key in self._until_backward:
+            self.release(key)
+        self._until_backward.clear()
 
     def _pack(self, tensor: torch.Tensor) -> Any:
         narrow = (
@@ -407,22 +585,65 @@ def prepare_model(model: nn.Module, knobs: dict[str, Any], rt: Runtime) -> nn.Mo
         device_ids = [rt.device.index] if rt.device.type == "cuda" else None
         model = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
     if knobs["compile"]:
-        dynamic = knobs.get("compile_dynamic")  # None: recompile as dynamic on a new shape
-        model = torch.compile(model, mode=knobs["compile_mode"], dynamic=dynamic)
+        model = compiled(model, knobs)
     return model
+
+
+def compiled(model: nn.Module, knobs: dict[str, Any]) -> nn.Module:
+    """torch.compile with the job's mode, backend and shapes, and the partitioner's activation
+    memory budget when one is set.
+
+    ``torch._functorch.config.activation_memory_budget`` (PyTorch's functorch config, and its
+    test/functorch/test_ac.py): 1 saves what the min-cut partitioner saves for speed, 0 only the
+    graph's inputs (refused: see `share`), a share between makes it solve a knapsack for the
+    least recomputation that saves at most that share of the difference. The min-cut partitioner
+    is inductor's and aot_eager_decomp_partition's (plain aot_eager partitions without it).
+    Checkpointed regions stay recomputed whatever the budget.
+
+    A budget below 1 lets the partitioner recompute random operations in backward with fresh
+    randomness: dropout's mask in backward is then not forward's, and the gradients are wrong
+    (pytorch/pytorch#190758, open; measured here too, on a CPU with torch 2.13). Such a run still
+    measures what the budget saves and costs, so it runs, and says so in its knobs
+    (``budget_recomputes_dropout``) for the doctor to keep it out of any recommendation."""
+    budget = knobs.get("activation_memory_budget")
+    if budget is not None:
+        import torch._functorch.config as functorch_config
+
+        functorch_config.activation_memory_budget = budget
+        knobs["budget_recomputes_dropout"] = budget < 1 and has_dropout(model)
+    if knobs.get("selective_checkpoint") and hasattr(
+        torch._dynamo.config, "_experimental_support_context_fn_in_torch_utils_checkpoint"
+    ):  # the torch releases that still ask for it (2.4); later ones trace a policy by default
+        torch._dynamo.config._experimental_support_context_fn_in_torch_utils_checkpoint = True
+    dynamic = knobs.get("compile_dynamic")  # None: recompile as dynamic on a new shape
+    backend = knobs.get("compile_backend") or "inductor"
+    if backend != "inductor":  # compile modes are inductor's
+        return torch.compile(model, backend=backend, dynamic=dynamic)
+    return torch.compile(model, mode=knobs["compile_mode"], dynamic=dynamic)
+
+
+def has_dropout(model: nn.Module) -> bool:
+    """Whether the model drops anything in training (a dropout module with p above 0)."""
+    return any(
+        isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0
+        for module in model.modules()
+    )
 
 
 def make_optimizer(
     optimizer_class: type[torch.optim.Optimizer], model: nn.Module, knobs: dict[str, Any], **kw: Any
 ) -> torch.optim.Optimizer | StepInBackward:
     """Fused (one kernel for all parameters) when asked and this torch offers it; stepped inside
-    backward (`StepInBackward`) when ``optimizer_in_backward`` is on."""
+    backward (`StepInBackward`) when ``optimizer_in_backward`` is on, on the host (`HostOffload`)
+    when ``offload_optimizer`` is."""
     fused = knobs["fused_optimizer"] and "fused" in inspect.signature(optimizer_class).parameters
     knobs["fused_optimizer"] = fused
     extra = {"fused": True} if fused else {}
+    if knobs.get("offload_optimizer"):
+        return HostOffload(optimizer_class, parameter_groups(model), {**kw, **extra})
     if knobs.get("optimizer_in_backward"):
         groups = parameter_groups(model)
-        return StepInBackward([optimizer_class(group, **kw, **extra) for group in groups])
+        return StepInBackward(groups, [optimizer_class(group, **kw, **extra) for group in groups])
     return optimizer_class(model.parameters(), **kw, **extra)
 
 
@@ -456,16 +677,15 @@ class StepInBackward:
     parameters got no gradient this time, and `zero_grad` has nothing left to clear. Counts the
     bytes of complete gradients alive at once, and their peak."""
 
-    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
+    def __init__(self, groups: list[list[nn.Parameter]], optimizers: list[Any]) -> None:
+        self.groups = groups
         self.optimizers = optimizers
         self.live_gradient_bytes = 0
         self.peak_gradient_bytes = 0
-        self._ready: list[dict[int, int]] = [{} for _ in optimizers]  # id: gradient bytes
-        self._sizes = [sum(len(g["params"]) for g in o.param_groups) for o in optimizers]
-        for index, optimizer in enumerate(optimizers):
-            for group in optimizer.param_groups:
-                for parameter in group["params"]:
-                    parameter.register_post_accumulate_grad_hook(self._hook(index))
+        self._ready: list[dict[int, int]] = [{} for _ in groups]  # id: gradient bytes
+        for index, group in enumerate(groups):
+            for parameter in group:
+                parameter.register_post_accumulate_grad_hook(self._hook(index))
 
     def _hook(self, index: int) -> Callable[[torch.Tensor], None]:
         def gradient_complete(parameter: torch.Tensor) -> None:
@@ -473,29 +693,152 @@ class StepInBackward:
             self._ready[index][id(parameter)] = size
             self.live_gradient_bytes += size
             self.peak_gradient_bytes = max(self.peak_gradient_bytes, self.live_gradient_bytes)
-            if len(self._ready[index]) == self._sizes[index]:
-                self._step(index)
+            if len(self._ready[index]) == len(self.groups[index]):
+                self._finish(index)
 
         return gradient_complete
 
-    def _step(self, index: int) -> None:
-        self.optimizers[index].step()
-        self.optimizers[index].zero_grad(set_to_none=True)
+    def _finish(self, index: int) -> None:
+        """Step group ``index`` on its gradients, then let go of them."""
+        self._step(index)
+        for parameter in self.groups[index]:
+            parameter.grad = None
         self.live_gradient_bytes -= sum(self._ready[index].values())
         self._ready[index].clear()
 
+    def _step(self, index: int) -> None:
+        self.optimizers[index].step()
+
     @property
     def state(self) -> dict[Any, Any]:
+        """The optimizer state held on the device, by parameter."""
         return {k: v for optimizer in self.optimizers for k, v in optimizer.state.items()}
 
     def step(self) -> None:
         for index, ready in enumerate(self._ready):
             if ready:
-                self._step(index)
+                self._finish(index)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=set_to_none)
+
+
+class HostOffload(StepInBackward):
+    """The optimizer on the host: its state (AdamW's two moments) and a master copy of each
+    parameter live in the host's memory, so the device holds the parameters alone.
+
+    As backward completes a block's gradients (the hooks of `StepInBackward`), they are copied to
+    pinned host buffers on a stream of their own and freed on the device; a worker thread steps
+    that block on the host (fused where this torch offers it on a CPU) while the device goes on
+    with backward, and copies the new parameters back on the same stream; `step` (the training
+    loop's) waits for every block and makes the next forward wait for the copies. The
+    arithmetic is the optimizer's own, on the same fp32 values: only where it runs changes.
+    DeepSpeed's ZeRO-Offload does the same with its own CPU Adam; PyTorch's pieces are
+    `register_post_accumulate_grad_hook`, pinned memory and ``non_blocking`` copies (its tutorial
+    "A guide on good usage of non_blocking and pin_memory() in PyTorch"). Under torch.compile a
+    compiled backward completes every gradient at its end, so there the host steps while the
+    copies of the other blocks run, not during backward."""
+
+    def __init__(
+        self,
+        optimizer_class: type[torch.optim.Optimizer],
+        groups: list[list[nn.Parameter]],
+        kw: dict[str, Any],
+    ) -> None:
+        device = groups[0][0].device
+        self.cuda = device.type == "cuda"
+        self.masters = [[self._host_copy(p) for p in group] for group in groups]
+        self.host_gradients = [[self._host_copy(p) for p in group] for group in groups]
+        optimizers = [_host_optimizer(optimizer_class, m, kw) for m in self.masters]
+        super().__init__(groups, optimizers)
+        self.device = device
+        self.copies = torch.cuda.Stream(device) if self.cuda else None
+        self.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="host-step")
+        self.pending: list[concurrent.futures.Future[None]] = []
+
+    def _host_copy(self, parameter: nn.Parameter) -> torch.Tensor:
+        """A host tensor like ``parameter``, pinned where copies to and from CUDA overlap."""
+        host = torch.empty(parameter.shape, dtype=parameter.dtype, pin_memory=self.cuda)
+        return host.copy_(parameter.detach())
+
+    def _step(self, index: int) -> None:
+        copied = None
+        if self.cuda:
+            self.copies.wait_stream(torch.cuda.current_stream(self.device))
+            copied = torch.cuda.Event()
+        with torch.cuda.stream(self.copies) if self.cuda else contextlib.nullcontext():
+            for parameter, master, host in self._members(index):
+                gradient = parameter.grad
+                master.grad = None if gradient is None else host
+                if gradient is not None:
+                    host.copy_(gradient, non_blocking=self.cuda)
+                    if self.cuda:  # the allocator must not reuse it before the copy is done
+                        gradient.record_stream(self.copies)
+            if copied is not None:
+                copied.record()
+        self.pending.append(self.worker.submit(self._step_on_host, index, copied))
+
+    def _members(self, index: int) -> Iterator[tuple[nn.Parameter, torch.Tensor, torch.Tensor]]:
+        return zip(self.groups[index], self.masters[index], self.host_gradients[index], strict=True)
+
+    def _step_on_host(self, index: int, copied: Any) -> None:
+        """In the worker: once the gradients are on the host, step, then send the parameters."""
+        if copied is not None:
+            copied.synchronize()
+        self.optimizers[index].step()
+        with torch.no_grad():
+            if not self.cuda:
+                for parameter, master, _ in self._members(index):
+                    parameter.copy_(master)
+                return
+            with torch.cuda.device(self.device), torch.cuda.stream(self.copies):
+                for parameter, master, _ in self._members(index):
+                    parameter.copy_(master, non_blocking=True)
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        return {}  # all of it is on the host
+
+    @property
+    def host_bytes(self) -> int:
+        """What the host holds for the device: master parameters, gradient buffers, state."""
+        tensors = [t for group in (*self.masters, *self.host_gradients) for t in group]
+        tensors += [
+            value
+            for optimizer in self.optimizers
+            for state in optimizer.state.values()
+            for value in state.values()
+            if isinstance(value, torch.Tensor)
+        ]
+        return sum(tensor_bytes(t) for t in tensors)
+
+    def step(self) -> None:
+        super().step()
+        for future in self.pending:
+            future.result()  # a failure on the host is the step's
+        self.pending.clear()
+        if self.cuda:
+            torch.cuda.current_stream(self.device).wait_stream(self.copies)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.groups:
+            for parameter in group:
+                parameter.grad = None
+
+
+def _host_optimizer(
+    optimizer_class: type[torch.optim.Optimizer], masters: list[torch.Tensor], kw: dict[str, Any]
+) -> torch.optim.Optimizer:
+    """The optimizer over host tensors: fused where this torch has a fused kernel for a CPU
+    (AdamW and SGD since 2.4; on a 2-core machine 0.22 s against 1.37 s a step for 112 M
+    parameters), else its default."""
+    try:
+        return optimizer_class(masters, **kw)
+    except RuntimeError:
+        if not kw.get("fused"):
+            raise
+        return optimizer_class(masters, **{**kw, "fused": False})
 
 
 def tensor_bytes(tensor: torch.Tensor | None) -> int:
@@ -556,23 +899,27 @@ def memory_fields(
     gradient_peak_bytes: int,
 ) -> dict[str, Any]:
     """What the memory doctor reads beside the peak: on CUDA the allocator's peak reserved and the
-    card's size; everywhere, the model state (parameters and optimizer state) and, when saved
-    activations were counted, the tensor accounting: model state, the gradients' peak and the
-    saved activations' peak, summed (an upper bound: the two peaks need not coincide)."""
+    card's size; everywhere, the model state on the device (parameters, and the optimizer state
+    kept there), what the host holds for an offloaded optimizer and, when saved activations were
+    counted, the tensor accounting: model state, the gradients' peak and the saved activations'
+    peak, summed (an upper bound: the two peaks need not coincide)."""
     fields: dict[str, Any] = {}
     if rt.device.type == "cuda":
         fields["peak_reserved_mib"] = torch.cuda.max_memory_reserved(rt.device) / 2**20
         total = torch.cuda.get_device_properties(rt.device).total_memory
         fields["device_memory_mib"] = total / 2**20
-    tensors = [p for p in model.parameters()]
-    tensors += [
-        value
+    parameter_bytes = sum(tensor_bytes(p) for p in model.parameters())
+    optimizer_bytes = sum(
+        tensor_bytes(value)
         for state in optimizer.state.values()
         for value in state.values()
         if isinstance(value, torch.Tensor)
-    ]
-    state_bytes = sum(tensor_bytes(t) for t in tensors)
+    )
+    state_bytes = parameter_bytes + optimizer_bytes
     fields["model_state_mib"] = state_bytes / 2**20
+    fields["parameters_mib"] = parameter_bytes / 2**20
+    if isinstance(optimizer, HostOffload):
+        fields["host_state_mib"] = optimizer.host_bytes / 2**20
     if saved is not None:
         gradients = max(gradient_peak_bytes, getattr(optimizer, "peak_gradient_bytes", 0))
         fields["gradient_peak_mib"] = gradients / 2**20
@@ -662,6 +1009,54 @@ def global_max(value: float, rt: Runtime) -> float:
     return tensor.item()
 
 
+class StepClock:
+    """When each measured step ended, without making the host wait for the device: on CUDA events
+    recorded in stream order and read once a round is over, on a CPU the host's clock."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.cuda = rt.device.type == "cuda"
+        self.marks: list[Any] = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """Each step's seconds, from one mark to the next."""
+        if not self.cuda:
+            return [end - start for start, end in itertools.pairwise(self.marks)]
+        if self.marks:
+            self.marks[-1].synchronize()
+        return [start.elapsed_time(end) / 1e3 for start, end in itertools.pairwise(self.marks)]
+
+
+def halves_spread(seconds: Sequence[float], samples: Sequence[float]) -> float | None:
+    """How far apart the samples/s of the first and the second half of the measured steps are,
+    as a share of their mean: |a - b| / ((a + b) / 2). An odd step in the middle is left out.
+    None under two steps. A trial whose halves agree within 5 % is the doctor's steady figure:
+    a second run of it is then expected to agree about as well."""
+    count = min(len(seconds), len(samples)) // 2
+    if count < 1:
+        return None
+    first = sum(samples[:count]) / sum(seconds[:count])
+    second = sum(samples[-count:]) / sum(seconds[-count:])
+    return abs(first - second) / ((first + second) / 2)
+
+
+def more_steps(knobs: dict[str, Any], measured: int, spread: float | None) -> int:
+    """How many steps to measure after ``measured`` with halves ``spread`` apart: another round of
+    --steps while --steady-within is set and not met, up to --max-steps (4 × --steps)."""
+    within = knobs.get("steady_within")
+    if within is None or (spread is not None and spread <= within):
+        return 0
+    cap = knobs.get("max_steps") or 4 * knobs["steps"]
+    return max(0, min(knobs["steps"], cap - measured))
+
+
 def train(
     recipe: str,
     knobs: dict[str, Any],
@@ -671,10 +1066,12 @@ def train(
     batches: Iterator[Batch],
     loss_of: Callable[[nn.Module, Any], torch.Tensor],
 ) -> dict[str, Any]:
-    """Warm-up, then measured micro-batches; returns the summary's measured fields.
+    """Warm-up, then measured micro-batches (in rounds, with --steady-within); returns the
+    summary's measured fields.
 
-    Every log step synchronizes; between them the host never waits for the device. Samples/s
-    are global: each window's counts are summed over ranks.
+    Every log step synchronizes, and the end of each round; between them the host never waits
+    for the device. Samples/s are global: each window's counts are summed over ranks; the spread
+    between the halves of the measured steps is the largest of any rank's.
     """
     scaler = grad_scaler(knobs, rt)
     # Saved tensors are counted where no CUDA allocator can say what they hold, and compressed
@@ -684,7 +1081,7 @@ def train(
     hooks = saved if saved is not None else contextlib.nullcontext()
     recording = start_memory_history(knobs, rt)
     accumulate, warmup = knobs["accumulate"], knobs["warmup_steps"]
-    total = warmup + knobs["steps"]
+    planned = warmup + knobs["steps"]
     optimizer.zero_grad(set_to_none=True)
     optimizer_steps = 0
     gradient_peak = 0
@@ -692,10 +1089,16 @@ def train(
     logged_losses: list[float] = []
     measured = {"samples": 0.0, "tokens": 0.0, "seconds": 0.0}
     window_samples = window_tokens = 0
+    clock, step_samples = StepClock(rt), []
+    spread = loss_after_steps = None
     synchronize(rt)
     no_sync = getattr(model, "no_sync", None)  # DistributedDataParallel's
     window_start = time.perf_counter()
-    for step in range(1, total + 1):
+    if warmup == 0:
+        clock.mark()
+    step = 0
+    while step < planned:
+        step += 1
         batch = next(batches)
         optimizer_due = step % accumulate == 0
         skip_sync = no_sync() if no_sync and not optimizer_due else contextlib.nullcontext()
@@ -703,6 +1106,8 @@ def train(
             with hooks, autocast(knobs, rt):
                 loss = loss_of(model, batch.data)
             scaler.scale(loss / accumulate).backward()
+        if saved is not None:
+            saved.release_held()
         if optimizer_due:
             if saved is not None:  # counting: the gradients are all there before the step
                 gradient_peak = max(gradient_peak, sum(tensor_bytes(p.grad) for p in parameters))
@@ -712,7 +1117,18 @@ def train(
             optimizer_steps += 1
         window_samples += batch.samples
         window_tokens += batch.tokens
-        if step % knobs["log_every"] and step not in (1, warmup, total):
+        if step >= warmup:
+            clock.mark()
+        if step > warmup:
+            step_samples.append(batch.samples)
+        if step == warmup + knobs["steps"]:  # the same step in every run, however long
+            loss_after_steps = global_sum([loss.detach().float().item()], rt)[0] / rt.world_size
+        if step == planned:
+            spread = halves_spread(clock.seconds(), step_samples)
+            spread = None if spread is None else global_max(spread, rt)
+            planned += more_steps(knobs, step - warmup, spread)
+        final = step == planned
+        if step % knobs["log_every"] and step not in (1, warmup) and not final:
             continue
         samples, tokens, loss_sum = global_sum(
             [window_samples, window_tokens, loss.detach().float().item()], rt
@@ -746,12 +1162,14 @@ def train(
         "samples_per_s": measured["samples"] / seconds if seconds else None,
         "peak_memory_mib": global_max(mib, rt),
         "memory_source": source,
-        "steps": knobs["steps"],
+        "steps": len(step_samples),
         "warmup_steps": warmup,
+        "spread": spread,
         "optimizer_steps": optimizer_steps,
         "measured_seconds": seconds,
         "loss_first": logged_losses[0] if logged_losses else None,
         "loss_last": logged_losses[-1] if logged_losses else None,
+        "loss_after_steps": loss_after_steps,
         **memory_fields(rt, model, optimizer, saved, gradient_peak),
     }
     if measured["tokens"]:

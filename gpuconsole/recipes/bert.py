@@ -85,10 +85,6 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
     return {
         "batch_size": 8 if tiny else 32,
         "accumulate": 1,
-        "checkpoint_every": 0,
-        "compress_activations": None,
-        "expandable_segments": False,
-        "optimizer_in_backward": False,
         "steps": 4 if tiny else 100,
         "warmup_steps": 1 if tiny else 30,
         "log_every": 1 if tiny else 10,
@@ -275,7 +271,7 @@ def main(argv: list[str]) -> None:
     configure_math(knobs)
     model = MaskedLanguageModel(knobs, loss_rows=loss_rows(knobs))
     layers = [(model.layers, index) for index in range(len(model.layers))]
-    checkpoint_blocks(layers, knobs["checkpoint_every"])
+    checkpoint_blocks(layers, knobs["checkpoint_every"], knobs["selective_checkpoint"])
     model = prepare_model(model, knobs, rt)
     optimizer = make_optimizer(torch.optim.AdamW, model, knobs, lr=1e-4, weight_decay=0.01)
     padded: list[int] = []

@@ -83,10 +83,6 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
     return {
         "batch_size": max(1, GUIDE_GLOBAL_BATCH // world_size),
         "accumulate": GUIDE_ACCUMULATE,
-        "checkpoint_every": 0,
-        "compress_activations": None,
-        "expandable_segments": False,
-        "optimizer_in_backward": False,
         "steps": 8 if tiny else 100,
         "warmup_steps": 0 if tiny else 20,
         "log_every": 4 if tiny else 10,
@@ -307,7 +303,9 @@ def main(argv: list[str]) -> None:
     rt = start_runtime(knobs)
     configure_math(knobs)
     model = Detector(knobs["width"], knobs["classes"])
-    checkpoint_blocks(backbone_slots(model), knobs["checkpoint_every"])
+    checkpoint_blocks(
+        backbone_slots(model), knobs["checkpoint_every"], knobs["selective_checkpoint"]
+    )
     model = prepare_model(model, knobs, rt)
     # YOLOv5's default hyperparameters: lr 0.01, momentum 0.937, weight decay 5e-4, Nesterov.
     optimizer = make_optimizer(

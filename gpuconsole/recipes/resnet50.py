@@ -74,10 +74,6 @@ def recipe_defaults(tiny: bool) -> dict[str, Any]:
     return {
         "batch_size": 8 if tiny else 256,
         "accumulate": 1,
-        "checkpoint_every": 0,
-        "compress_activations": None,
-        "expandable_segments": False,
-        "optimizer_in_backward": False,
         "steps": 4 if tiny else 100,
         "warmup_steps": 1 if tiny else 30,
         "log_every": 1 if tiny else 10,
@@ -269,7 +265,7 @@ def main(argv: list[str]) -> None:
     configure_math(knobs)
     dataset = ImageFolder(knobs["data"], knobs["image_size"]) if knobs["data"] else None
     model, source = build_model(knobs, dataset.num_classes if dataset else SYNTHETIC_CLASSES)
-    checkpoint_blocks(block_slots(model), knobs["checkpoint_every"])
+    checkpoint_blocks(block_slots(model), knobs["checkpoint_every"], knobs["selective_checkpoint"])
     model = prepare_model(model, knobs, rt)
     # Linear scaling of the learning rate with the batch, 0.1 per 256 (Goyal et al. 2017).
     global_batch = knobs["batch_size"] * knobs["accumulate"] * rt.world_size
