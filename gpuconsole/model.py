@@ -285,6 +285,9 @@ class GpuState:
     name: str | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
+    serial: str | None = None
+    """The board's serial number, where NVML gives it (datacenter boards)."""
+    vbios_version: str | None = None
     utilization_pct: float | None = None
     memory_utilization_pct: float | None = None
     memory_used_mib: float | None = None

@@ -97,7 +97,16 @@ _GPU_NUMBERS = _Ranges(
         "fan_pct": ((0.0, 200.0), False),
     }
 )
-_GPU_TEXTS = ("name", "uuid", "pci_bus_id", "pstate", "recovery_action", "compute_mode")
+_GPU_TEXTS = (
+    "name",
+    "uuid",
+    "pci_bus_id",
+    "serial",
+    "vbios_version",
+    "pstate",
+    "recovery_action",
+    "compute_mode",
+)
 _GPU_FLAGS = ("persistence_mode", "mig_mode", "retired_pages_pending")
 _ECC_NUMBERS = _Ranges({f.name: (_COUNT, True) for f in dataclasses.fields(EccCounts)})
 _REMAP_NUMBERS = _Ranges(

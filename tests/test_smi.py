@@ -68,6 +68,7 @@ def test_xml_loaded_h200() -> None:
     snapshot = parse_xml(fixture("h200-q-loaded.xml"), "h200", 0.0)
     (gpu,) = snapshot.gpus
     assert gpu.uuid == LOADED_UUID
+    assert (gpu.serial, gpu.vbios_version) == ("1653924041834", "96.00.A5.00.1A")
     assert (gpu.utilization_pct, gpu.memory_utilization_pct) == (100.0, 23.0)
     assert gpu.memory_used_mib == 1011.0
     assert (gpu.power_w, gpu.power_limit_w) == (691.70, 700.0)

@@ -93,6 +93,8 @@ class HostProfile:
     """HBM parts remap rows; GDDR parts (L40S) report no remap state."""
     driver_version: str
     cuda_version: str
+    vbios_version: str
+    """In NVIDIA's form; made up, as the cards' serial numbers are."""
 
 
 def _matrix(count: int, link: Callable[[int, int], str]) -> tuple[tuple[str, ...], ...]:
@@ -153,6 +155,7 @@ PROFILES: dict[str, HostProfile] = {
         has_row_remap=True,
         driver_version="570.133.20",
         cuda_version="12.8",
+        vbios_version="96.00.74.00.0C",
     ),
     "a100-pcie-8": HostProfile(
         name="a100-pcie-8",
@@ -179,6 +182,7 @@ PROFILES: dict[str, HostProfile] = {
         has_row_remap=True,
         driver_version="550.144.03",
         cuda_version="12.4",
+        vbios_version="92.00.45.00.06",
     ),
     "l40s-4": HostProfile(
         name="l40s-4",
@@ -202,6 +206,7 @@ PROFILES: dict[str, HostProfile] = {
         has_row_remap=False,
         driver_version="570.133.20",
         cuda_version="12.8",
+        vbios_version="95.02.5D.00.02",
     ),
 }
 
@@ -237,6 +242,11 @@ def _digest(key: str, size: int) -> str:
 def _gpu_uuid(key: str) -> str:
     h = _digest(f"uuid:{key}", 16)
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _serial(key: str) -> str:
+    """Thirteen digits, as NVIDIA's boards print theirs."""
+    return str(1_320_000_000_000 + int(_digest(f"serial:{key}", 8), 16) % 10**11)
 
 
 def _pid(key: str) -> int:
@@ -418,6 +428,7 @@ class _GpuParams:
     """What distinguishes one card from its neighbours; fixed for the card's life."""
 
     uuid: str
+    serial: str
     noise_key: int
     idle_power_w: float
     ambient_c: float
@@ -518,6 +529,7 @@ class _HostSim:
         aggregate_corrected = rng.choice((0, 0, 0, 0, 0, 1, 2, 7, 23))
         return _GpuParams(
             uuid=_gpu_uuid(f"{self._key}:{g}"),
+            serial=_serial(f"{self._key}:{g}"),
             noise_key=int(_digest(f"{self._key}:{g}:noise", 8), 16),
             idle_power_w=prof.idle_power_w * rng.uniform(0.9, 1.12),
             ambient_c=ambient,
@@ -767,6 +779,8 @@ class _HostSim:
             "name": prof.gpu_name,
             "uuid": params.uuid,
             "pci_bus_id": prof.pci_bus_ids[g],
+            "serial": params.serial,
+            "vbios_version": prof.vbios_version,
         }
         if drive is None or temp is None:
             return GpuState(**identity, lost=True)

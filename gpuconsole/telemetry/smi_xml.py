@@ -90,7 +90,9 @@ def _host_fields(snapshot: HostSnapshot) -> list[Field]:
 def _lost_fields(gpu: GpuState) -> list[Field]:
     return [
         ("product_name", gpu.name or _NA),
+        ("serial", gpu.serial or _NA),
         ("uuid", gpu.uuid or _NA),
+        ("vbios_version", gpu.vbios_version or _NA),
         ("pci/pci_bus_id", gpu.pci_bus_id or _NA),
         ("fb_memory_usage/total", _LOST),
         ("fb_memory_usage/used", _LOST),
@@ -105,7 +107,9 @@ def _gpu_fields(gpu: GpuState) -> list[Field]:
         ("product_name", gpu.name or _NA),
         ("persistence_mode", _flag(gpu.persistence_mode)),
         ("mig_mode/current_mig", _flag(gpu.mig_mode)),
+        ("serial", gpu.serial or _NA),
         ("uuid", gpu.uuid or _NA),
+        ("vbios_version", gpu.vbios_version or _NA),
         ("gpu_recovery_action", _recovery(gpu.recovery_action)),
         *_pci_fields(gpu),
         ("fan_speed", _quantity(gpu.fan_pct, " %")),

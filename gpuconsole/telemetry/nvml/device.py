@@ -109,6 +109,8 @@ class _Identity:
     name: str | None
     uuid: str | None
     pci_bus_id: str | None
+    serial: str | None
+    vbios_version: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +161,8 @@ def _identity(calls: _Calls, handle: Handle) -> _Identity:
         name=calls(pynvml.nvmlDeviceGetName, handle),
         uuid=calls(pynvml.nvmlDeviceGetUUID, handle),
         pci_bus_id=None if pci is None else _text(pci.busId),
+        serial=calls(pynvml.nvmlDeviceGetSerial, handle),
+        vbios_version=calls(pynvml.nvmlDeviceGetVbiosVersion, handle),
     )
 
 
@@ -316,6 +320,8 @@ def _gpu_state(
         name=identity.name,
         uuid=identity.uuid,
         pci_bus_id=identity.pci_bus_id,
+        serial=identity.serial,
+        vbios_version=identity.vbios_version,
         utilization_pct=None if util is None else float(util.gpu),
         memory_utilization_pct=None if util is None else float(util.memory),
         memory_used_mib=used,

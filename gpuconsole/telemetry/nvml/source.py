@@ -186,7 +186,13 @@ class NvmlSource:
         """What is known of a GPU that gives no reading: its identity, if it was ever read."""
         known = self._identity_of(index)
         return GpuState(
-            index=index, name=known.name, uuid=known.uuid, pci_bus_id=known.pci_bus_id, lost=lost
+            index=index,
+            name=known.name,
+            uuid=known.uuid,
+            pci_bus_id=known.pci_bus_id,
+            serial=known.serial,
+            vbios_version=known.vbios_version,
+            lost=lost,
         )
 
     def _read_topology(self) -> Topology | None:
@@ -200,7 +206,7 @@ class NvmlSource:
     def _identity_of(self, index: int) -> _Identity:
         memo = self._memos.get(index)
         if memo is None or memo.static is None:
-            return _Identity(None, None, None)
+            return _Identity(None, None, None, None, None)
         return memo.static.identity
 
     def _bus_to_gpu(self) -> dict[str, int]:

@@ -173,6 +173,8 @@ def _text_tree(text: str) -> _Node:
 _XML_PATHS: dict[str, tuple[str, ...]] = {
     "name": ("product_name",),
     "uuid": ("uuid",),
+    "serial": ("serial",),
+    "vbios_version": ("vbios_version",),
     "pci_bus_id": ("pci/pci_bus_id",),
     "utilization_pct": ("utilization/gpu_util",),
     "memory_utilization_pct": ("utilization/memory_util",),
@@ -226,6 +228,8 @@ _XML_PATHS: dict[str, tuple[str, ...]] = {
 _TEXT_PATHS: dict[str, tuple[str, ...]] = {
     "name": ("Product Name",),
     "uuid": ("GPU UUID",),
+    "serial": ("Serial Number",),
+    "vbios_version": ("VBIOS Version",),
     "pci_bus_id": ("PCI/Bus Id",),
     "utilization_pct": ("Utilization/GPU",),
     "memory_utilization_pct": ("Utilization/Memory",),
@@ -330,6 +334,8 @@ def _gpu_state(gpu: _Gpu) -> GpuState:
     identity = {
         "name": gpu.read("name", _text),
         "uuid": gpu.read("uuid", _text),
+        "serial": gpu.read("serial", _text),
+        "vbios_version": gpu.read("vbios_version", _text),
         "pci_bus_id": gpu.read("pci_bus_id", _text) or _text(gpu.bus_id),
     }
     if gpu.lost:
