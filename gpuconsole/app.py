@@ -3,35 +3,41 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from textual.app import App
 from textual.binding import Binding
-from textual.notifications import SeverityLevel
+from textual.notifications import Notification, Notify, SeverityLevel
 from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.processes import ProcessSignals
 from gpuconsole.alerts.defaults import DEFAULT_RULES
 from gpuconsole.alerts.rules import AlertRule
+from gpuconsole.clock import Clock, wall_clock
 from gpuconsole.fleet import FleetSession, Round
 from gpuconsole.hosts.targets import Target, TargetFinder
 from gpuconsole.messages import FleetUpdated
 from gpuconsole.poller import Reading, collect
-from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.base import ConsoleScreen, Copyable
 from gpuconsole.screens.commands import ConsoleCommands
+from gpuconsole.screens.copy import CopyScreen
 from gpuconsole.screens.fleet import FleetScreen
 from gpuconsole.screens.help import HelpScreen
 from gpuconsole.store import HISTORY_READINGS
 from gpuconsole.telemetry import Source
+from gpuconsole.terminal.colourless import colourless
 from gpuconsole.terminal.strips import guard_strips
 from gpuconsole.themes import DEFAULT_THEME, THEMES
-from gpuconsole.widgets.cells import Palette
+from gpuconsole.widgets.cells import NO_COLOUR_BANDS, Palette, fit
+from gpuconsole.widgets.notices import laid_out
 
 if TYPE_CHECKING:
     from textual.driver import Driver
     from textual.screen import Screen
 
     from gpuconsole.actions.service import Change
+    from gpuconsole.alerts.alertmanager import AlertmanagerSender
     from gpuconsole.record.recorder import Recorder
 
 
@@ -45,6 +51,8 @@ class GpuConsoleApp(App[None]):
     """The heading of the app's own keys on the help screen (see `ConsoleScreen.HELP_TITLE`)."""
     HELP_ORDER: ClassVar[int] = 0
     COMMANDS = App.COMMANDS | {ConsoleCommands}
+    LEADING_KEYS: ClassVar[frozenset[str]] = frozenset()
+    """Ids of the app's bindings the key bar puts before the screen's (replay's own keys)."""
     BINDINGS = [
         Binding("question_mark", "help", "Help", id="help"),
         Binding("q", "quit", "Quit", id="quit"),
@@ -80,6 +88,23 @@ class GpuConsoleApp(App[None]):
             show=False,
             tooltip="every finding and firing alert, worst first, then newest, with what to do",
         ),
+        Binding(
+            "y",
+            "copy",
+            "Copy",
+            id="copy",
+            show=False,
+            tooltip="copy the value under the cursor (a host, a GPU's UUID, a PID...) to the "
+            "clipboard, through the terminal (OSC 52: works over SSH in most terminals)",
+        ),
+        Binding(
+            "Y",
+            "copy_what",
+            "Copy…",
+            id="copy-what",
+            show=False,
+            tooltip="choose what of the row under the cursor to copy (a command, a path...)",
+        ),
     ]
 
     def __init__(
@@ -95,9 +120,13 @@ class GpuConsoleApp(App[None]):
         signals: ProcessSignals | None = None,
         alert_rules: Sequence[AlertRule] | None = None,
         recorder: Recorder | None = None,
+        alertmanager: AlertmanagerSender | None = None,
+        clock: Clock = wall_clock,
     ) -> None:
         guard_strips()
         super().__init__()
+        if self.no_color:
+            self._filters = colourless()
         self.source = source
         if signals is None and isinstance(source, ProcessSignals):
             signals = source
@@ -107,8 +136,10 @@ class GpuConsoleApp(App[None]):
         """How to reach hosts to verify them; None: none can be (the demo)."""
         self.label = label
         self.refresh_seconds = refresh
-        self.paused = False
-        """Screens are not refreshed while paused; readings still go into the store."""
+        self._clock = clock
+        self.paused_at: float | None = None
+        """When the user paused (`now`), or None. Screens are not refreshed while paused;
+        readings still go into the store."""
         self.starting = True
         """Until the hosts' recent past and first readings are in (see `background_start`)."""
         self.auto_poll = auto_poll
@@ -118,6 +149,8 @@ class GpuConsoleApp(App[None]):
         self._alert_rules = DEFAULT_RULES if alert_rules is None else tuple(alert_rules)
         self._history_seconds = history_seconds
         self._recorder = recorder
+        self._alertmanager = alertmanager
+        """Where firing alerts go, if anywhere; each session of the app feeds it."""
         self.fleet = self._new_session()
         """The store, the alerts, the onsets and the recording the screens show; replaced by
         one primed with the hosts' recent past once that is read (see `_begin`)."""
@@ -127,7 +160,19 @@ class GpuConsoleApp(App[None]):
 
     @property
     def palette(self) -> Palette:
+        """The theme's bands; under NO_COLOR, emphasis (bold, reverse) instead of colours."""
+        if self.no_color:
+            return Palette(NO_COLOUR_BANDS)
         return Palette(self.current_theme.variables)
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def now(self) -> float:
+        """The time the readings are compared with: how old the newest one is, when it is stale,
+        and since when the screen is paused."""
+        return self._clock()
 
     def get_driver_class(self) -> type[Driver]:
         """On a real terminal, a driver that writes only the cells that changed."""
@@ -143,10 +188,24 @@ class GpuConsoleApp(App[None]):
         severity: SeverityLevel = "information",
         timeout: float | None = None,
         markup: bool = False,
+        kind: str | None = None,
     ) -> None:
         """Notifications quote host names and hosts' errors: their text is never markup (a
-        ``[@click=...]`` in a process name must not become an action)."""
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+        ``[@click=...]`` in a process name must not become an action). A notice of a ``kind``
+        replaces the one of its kind still shown (the sort order, a copy), so that repeating
+        a key does not stack notices over the screen. Paths are laid out whole (`laid_out`)."""
+        if timeout is None:
+            timeout = self.NOTIFICATION_TIMEOUT
+        notice = _Notice(laid_out(message), title, severity, timeout, markup=False, kind=kind)
+        self.post_message(Notify(notice))
+
+    def _on_notify(self, event: Notify) -> None:
+        kind = getattr(event.notification, "kind", None)
+        if kind is not None:
+            for shown in list(self._notifications):
+                if getattr(shown, "kind", None) == kind:
+                    self._unnotify(shown, refresh=False)
+        super()._on_notify(event)
 
     def on_mount(self) -> None:
         if not self.background_start:
@@ -163,12 +222,14 @@ class GpuConsoleApp(App[None]):
         )
 
     def _new_session(self) -> FleetSession:
-        """An empty session with the console's hosts, rules, history length and recorder."""
+        """An empty session with the console's hosts, rules, history length, recorder and
+        Alertmanager sender."""
         return FleetSession(
             self.source.hosts,
             self._alert_rules,
             history_seconds=self._history_seconds,
             recorder=self._recorder,
+            alertmanager=self._alertmanager,
         )
 
     def _read_start(self) -> _Start:
@@ -249,10 +310,7 @@ class GpuConsoleApp(App[None]):
         found = [self.targets.verify_target(h) for h in hosts] if self.targets else []
         targets = [t for t in found if t is not None]
         if not targets:
-            self.notify(
-                "nothing to verify: simulated hosts have no shell to run the checks in",
-                severity="warning",
-            )
+            self._refuse("nothing to verify: simulated hosts have no shell to run the checks in")
             return
         self.push_screen(VerifyScreen(targets))
 
@@ -262,9 +320,7 @@ class GpuConsoleApp(App[None]):
 
         target = self.targets.verify_target(host) if self.targets else None
         if target is None:
-            self.notify(
-                "nothing to repair: a simulated host has no driver to fix", severity="warning"
-            )
+            self._refuse("nothing to repair: a simulated host has no driver to fix")
             return
         self.push_screen(RepairScreen(target))
 
@@ -276,9 +332,8 @@ class GpuConsoleApp(App[None]):
 
         target = self.targets.verify_target(host) if self.targets else None
         if target is None:
-            self.notify(
-                f"nothing to {change}: a simulated host has no scheduler to take it out of",
-                severity="warning",
+            self._refuse(
+                f"nothing to {change}: a simulated host has no scheduler to take it out of"
             )
             return
         if change != DRAIN:
@@ -332,7 +387,7 @@ class GpuConsoleApp(App[None]):
 
         target = self.targets.verify_target(host) if self.targets else None
         if target is None:
-            self.notify(refusal, severity="warning")
+            self._refuse(refusal)
             return
 
         def answered(yes: bool | None) -> None:
@@ -346,6 +401,12 @@ class GpuConsoleApp(App[None]):
         from gpuconsole.actions.bundle.live import bundle_live
 
         bundle_live(self, host)
+
+    def open_gpu(self, host: str, gpu: int) -> None:
+        """Open the GPU screen of ``host``'s GPU ``gpu``: its plots from the store's history."""
+        from gpuconsole.screens.gpu import GpuScreen
+
+        self.push_screen(GpuScreen(host, gpu))
 
     def action_triage(self) -> None:
         from gpuconsole.screens.triage import TriageScreen
@@ -374,8 +435,42 @@ class GpuConsoleApp(App[None]):
         self.screen.refresh(repaint=True)
 
     def action_toggle_pause(self) -> None:
-        self.paused = not self.paused
+        self.paused_at = None if self.paused else self.now()
         self._fleet_updated(None)
+
+    def _refuse(self, why: str) -> None:
+        """A key that cannot act here says why; pressed again, its notice replaces itself."""
+        self.notify(why, severity="warning", kind=why)
+
+    def _copyables(self) -> list[Copyable]:
+        """What the screen offers to copy for the row under its cursor; a notice if nothing."""
+        found = self.screen.copyables() if isinstance(self.screen, ConsoleScreen) else []
+        if not found:
+            self.notify("nothing to copy here", severity="warning", timeout=3, kind="copy")
+        return found
+
+    def action_copy(self) -> None:
+        """Copy the first value the screen offers for the row under its cursor."""
+        found = self._copyables()
+        if found:
+            self.copy(found[0].what, found[0].value)
+
+    def action_copy_what(self) -> None:
+        """Choose which of the row's values to copy."""
+        found = self._copyables()
+        if not found:
+            return
+
+        def chosen(index: int | None) -> None:
+            if index is not None:
+                self.copy(found[index].what, found[index].value)
+
+        self.push_screen(CopyScreen(found), chosen)
+
+    def copy(self, what: str, value: str) -> None:
+        """``value`` to the clipboard (OSC 52, which the terminal applies), and a notice."""
+        self.copy_to_clipboard(value)
+        self.notify(f"copied {what}: {fit(value, 60)}", timeout=4, kind="copy")
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -385,3 +480,10 @@ class GpuConsoleApp(App[None]):
 class _Start(NamedTuple):
     fleet: FleetSession
     first: Round
+
+
+@dataclass
+class _Notice(Notification):
+    """A notification that replaces the shown one of its ``kind`` (see `GpuConsoleApp.notify`)."""
+
+    kind: str | None = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 from gpuconsole.model import GpuProcess, HostState, Severity
 from gpuconsole.store import FleetStore
@@ -63,21 +65,56 @@ def sort_hosts(store: FleetStore, hosts: Iterable[str], by: str) -> list[str]:
     return sorted(hosts, key=lambda host: (key(store, host), host))
 
 
+def fleet_order(store: FleetStore, by: str, text: str = "") -> list[str]:
+    """The hosts the fleet lists: those ``text`` matches (`host_matches`), ordered by ``by``."""
+    return sort_hosts(store, [h for h in store.hosts if host_matches(store, h, text)], by)
+
+
+_WORDS_OF_STATE = {
+    HostState.CONNECTING: "conn",
+    HostState.AUTH_FAILED: "auth",
+    HostState.HOST_KEY_MISMATCH: "hkey",
+    HostState.HOST_KEY_UNKNOWN: "nokey",
+    HostState.HOST_KEY_REVOKED: "rvkd",
+    HostState.NO_DRIVER: "nodrv",
+}
+"""The short words the fleet's State column shows, which the filter knows as well."""
+_WORDS_OF_SEVERITY = {
+    Severity.CRITICAL: "crit critical",
+    Severity.WARNING: "warn warning",
+    Severity.INFO: "info",
+}
+"""What the badges say (CRIT, WARN), and the words for them."""
+
+
 def host_matches(store: FleetStore, host: str, text: str) -> bool:
-    """Whether a filter string matches the host's name, state, GPU model, a finding, the owner
-    or user of one of its processes, or its scheduler node's state and reason (``drain``)."""
-    if not text:
+    """Whether every word of a filter string is a whole word (or run of words) of the host's
+    name, state, GPU model, a finding (its code, message or severity: ``crit``, ``warn``), the
+    owner or user of one of its processes, or its scheduler node's state and reason
+    (``drain``). Whole words: ``down`` finds down hosts, not a "slowdown"; ``h100`` finds
+    h100-01 and every H100, ``h10`` nothing."""
+    terms = text.lower().split()
+    if not terms:
         return True
-    needle = text.lower()
-    haystack = [host, store.status(host).state.value]
+    state = store.status(host).state
+    haystack = [host, state.value, _WORDS_OF_STATE.get(state, "")]
     snapshot = store.latest(host)
     if snapshot is not None:
         haystack.extend(g.name or "" for g in snapshot.gpus)
         haystack.extend(f"{p.owner or ''} {p.user or ''}" for p in snapshot.processes)
         if snapshot.node is not None:
             haystack.append(f"{snapshot.node.state} {snapshot.node.reason or ''}")
-    haystack.extend(f"{f.code} {f.message}" for f in store.findings(host))
-    return any(needle in item.lower() for item in haystack)
+    for finding in store.findings(host):
+        haystack.append(f"{finding.code} {finding.message}")
+        haystack.append(_WORDS_OF_SEVERITY[finding.severity])
+    lowered = [item.lower() for item in haystack]
+    return all(any(_whole_word(term).search(item) for item in lowered) for term in terms)
+
+
+@lru_cache(maxsize=256)
+def _whole_word(term: str) -> re.Pattern[str]:
+    """``term`` where neither a letter nor a digit touches it on either side."""
+    return re.compile(rf"(?<![^\W_]){re.escape(term)}(?![^\W_])")
 
 
 def owners(processes: Iterable[GpuProcess]) -> list[str]:

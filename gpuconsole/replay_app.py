@@ -2,7 +2,8 @@
 
 Keys (everywhere): `,` `.` step a second, `<` `>` a minute, `n` `N` jump to the next or
 previous finding, `g` go to a time, `P` play or pause, `F` play faster. A bar under each screen
-shows the cursor on the recording's timeline.
+shows the cursor on the recording's timeline. Playing moves the cursor as fast as the speed says
+by the clock, however long each step takes to show.
 
 Moving the cursor a little forward (a step, playing) reads the new moment into the store, as a
 live console takes a new reading. Any other move rebuilds the store at the cursor on a worker:
@@ -19,8 +20,10 @@ shows as stale, with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.binding import Binding
 from textual.events import Mount
@@ -48,6 +51,9 @@ from gpuconsole.themes import DEFAULT_THEME
 from gpuconsole.widgets.cursor_bar import CursorBar, CursorState
 from gpuconsole.widgets.damage_bar import DamageBar
 
+if TYPE_CHECKING:
+    from gpuconsole.screens.gpu import RecordedPast
+
 STEP_FORWARD_MAX_S = 60.0
 """Forward moves up to this long read the new moment into the store; longer ones rebuild it."""
 JUMP_HISTORY_S = 61
@@ -65,17 +71,23 @@ class ReplayApp(GpuConsoleApp):
 
     HELP_TITLE = "Replay (gpuconsole replay FILE)"
     HELP_ORDER = 1000
+    _SECOND = Binding.Group("−/+1s")
+    _MINUTE = Binding.Group("−/+1min")
+    _FINDING = Binding.Group("finding")
     BINDINGS = [
-        Binding("comma", "step(-1)", "−1s", id="replay.back"),
-        Binding("full_stop", "step(1)", "+1s", id="replay.forward"),
-        Binding("less_than_sign", "step(-60)", "−1min", id="replay.back-minute", show=False),
-        Binding("greater_than_sign", "step(60)", "+1min", id="replay.forward-minute", show=False),
-        Binding("n", "finding(1)", "Next finding", id="replay.next-finding"),
-        Binding("N", "finding(-1)", "Prev finding", id="replay.prev-finding", show=False),
+        Binding("comma", "step(-1)", "−1s", id="replay.back", group=_SECOND),
+        Binding("full_stop", "step(1)", "+1s", id="replay.forward", group=_SECOND),
+        Binding("less_than_sign", "step(-60)", "−1min", id="replay.back-minute", group=_MINUTE),
+        Binding(
+            "greater_than_sign", "step(60)", "+1min", id="replay.forward-minute", group=_MINUTE
+        ),
+        Binding("n", "finding(1)", "Next finding", id="replay.next-finding", group=_FINDING),
+        Binding("N", "finding(-1)", "Prev finding", id="replay.prev-finding", group=_FINDING),
         Binding("g", "go_to", "Go to", id="replay.go-to", tooltip="a time: 03:12, +5m, -90s"),
         Binding("P", "play", "Play/pause", id="replay.play"),
-        Binding("F", "faster", "Faster", id="replay.faster", show=False, tooltip="1×, 10×, 60×"),
+        Binding("F", "faster", "Faster", id="replay.faster", tooltip="1×, 10×, 60×"),
     ]
+    LEADING_KEYS: ClassVar[frozenset[str]] = frozenset(b.id for b in BINDINGS if b.id is not None)
 
     def __init__(
         self,
@@ -107,6 +119,9 @@ class ReplayApp(GpuConsoleApp):
         self.onsets: list[tuple[float, Severity]] = []
         self.playing = False
         self.speed = SPEEDS[0]
+        self._played_from: tuple[float, float] = (0.0, 0.0)
+        """Where playing (re)started: the monotonic clock's time and the cursor's."""
+        self._monotonic: Callable[[], float] = time.monotonic
         self._generation = 0
 
     # --- start ---------------------------------------------------------------------------------
@@ -186,14 +201,19 @@ class ReplayApp(GpuConsoleApp):
 
     # --- moving the cursor ---------------------------------------------------------------------
 
-    def move_to(self, t: float) -> None:
-        """Put the cursor at ``t``: a short step forward reads on, anything else rebuilds."""
+    def now(self) -> float:
+        """The cursor: a reading is stale when it is older than the moment replayed."""
+        return self.replay.cursor
+
+    def move_to(self, t: float, *, reading_on: bool = False) -> None:
+        """Put the cursor at ``t``: a short step forward (any step forward ``reading_on``, as
+        playing) reads on, anything else rebuilds."""
         old = self.replay.cursor
         new = self.replay.clamp(t)
         if new == old:
             self._show_cursor()
             return
-        if 0 < new - old <= STEP_FORWARD_MAX_S:
+        if 0 < new - old <= (self.replay.end - old if reading_on else STEP_FORWARD_MAX_S):
             self.replay.move_to(new)
             self._show_cursor()
             self.poll_now()
@@ -263,6 +283,7 @@ class ReplayApp(GpuConsoleApp):
         if generation != self._generation:
             return  # the cursor moved on meanwhile
         self.fleet = fleet
+        self.starting = False
         self.recorded.load(episodes)
         self._fleet_updated(None)
         self._show_cursor()
@@ -350,10 +371,12 @@ class ReplayApp(GpuConsoleApp):
         self.playing = not self.playing
         self._show_cursor()
         if self.playing:
+            self._played_from = (self._monotonic(), self.replay.cursor)
             self._play_tick_later()
 
     def action_faster(self) -> None:
         self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)]
+        self._played_from = (self._monotonic(), self.replay.cursor)
         self._show_cursor()
 
     def _play_tick_later(self) -> None:
@@ -367,7 +390,8 @@ class ReplayApp(GpuConsoleApp):
             self.notify("end of the recording", timeout=3)
             self._show_cursor()
             return
-        self.move_to(self.replay.cursor + self.speed)
+        started, origin = self._played_from
+        self.move_to(origin + self.speed * (self._monotonic() - started), reading_on=True)
         self._play_tick_later()
 
     def action_triage(self) -> None:
@@ -377,6 +401,20 @@ class ReplayApp(GpuConsoleApp):
             self.push_screen(
                 TriageScreen(self.recorded.since, self.recorded.alerts, self._alert_rules)
             )
+
+    def open_gpu(self, host: str, gpu: int) -> None:
+        """The GPU screen with its plots and episodes from the recording, up to the cursor."""
+        from gpuconsole.screens.gpu import GpuScreen
+
+        self.push_screen(GpuScreen(host, gpu, recorded=self._recorded_past))
+
+    def _recorded_past(self, host: str, seconds: float) -> RecordedPast:
+        """``host``'s readings and episodes in the ``seconds`` up to the cursor (a worker)."""
+        from gpuconsole.screens.gpu import RecordedPast
+
+        at = self.replay.cursor
+        readings = self.recording.snapshots(host, at - seconds, at)
+        return RecordedPast(at, readings, self.recording.episodes(at - seconds, at, host))
 
     def bundle(self, host: str) -> None:
         """A bundle of the recording around the cursor (the host itself is not contacted)."""

@@ -1,4 +1,4 @@
-"""The alerts view: opened with `a`, acknowledge, silence, open the host; and its snapshot."""
+"""The alerts view: opened with `a`, acknowledge, silence, open the GPU; and its snapshot."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from gpuconsole.alerts.engine import FIRING
 from gpuconsole.alerts.rules import rule_from_dict
 from gpuconsole.screens.alerts import AlertsScreen, SilenceScreen, age, row_key
 from gpuconsole.screens.fleet import FleetScreen
+from gpuconsole.screens.gpu import GpuScreen
 from gpuconsole.screens.help import bindings_table
-from gpuconsole.screens.host import HostScreen
 from gpuconsole.widgets.keyed_table import KeyedTable
 
 
@@ -79,15 +79,14 @@ async def test_acknowledge_silence_and_unsilence(make_app) -> None:
         assert rows(screen)[0] == row_key(top)
 
 
-async def test_enter_opens_the_alerts_host_and_gpu(make_app) -> None:
+async def test_enter_opens_the_alerts_gpu(make_app) -> None:
     app = make_app()
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("a")
         top = app.fleet.alerts.active()[0]
         await pilot.press("enter")
-        assert isinstance(app.screen, HostScreen)
-        assert app.screen.host == top.host
-        assert app.screen.selected_gpu == top.gpu
+        assert isinstance(app.screen, GpuScreen)
+        assert (app.screen.host, app.screen.gpu) == (top.host, top.gpu)
 
 
 async def test_no_alerts_says_so(make_app) -> None:

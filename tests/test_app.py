@@ -141,16 +141,21 @@ async def test_host_screen_trend_follows_the_cursor(make_app) -> None:
         assert "GPU 1 util" in str(app.screen.query_one("#trend-util").render())
 
 
-async def test_next_host_key_moves_through_the_rack(make_app) -> None:
+async def test_next_host_key_moves_through_the_fleet_as_it_is_listed(make_app) -> None:
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        hosts = app.fleet.store.hosts
-        app.push_screen(HostScreen(hosts[0]))
-        await pilot.pause()
+        hosts = row_keys(app.screen, "fleet")  # worst first
+        await pilot.press("enter")
+        assert app.screen.host == hosts[0]
         await pilot.press("right_square_bracket")
         assert app.screen.host == hosts[1]
         await pilot.press("left_square_bracket", "left_square_bracket")
         assert app.screen.host == hosts[-1]
+        await pilot.press("escape", "s")  # by name
+        by_name = row_keys(app.screen, "fleet")
+        assert by_name == sorted(hosts)
+        await pilot.press("enter", "right_square_bracket")
+        assert app.screen.host == by_name[1]
 
 
 async def test_help_lists_every_binding(make_app) -> None:

@@ -41,6 +41,7 @@ from gpuconsole.record.reader import Recording
 from gpuconsole.record.recorder import Recorder
 from gpuconsole.record.when import clock
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
+from gpuconsole.widgets.notices import laid_out
 
 GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 needs_sshd = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
@@ -368,7 +369,8 @@ async def test_b_on_the_host_screen_writes_a_bundle_of_what_the_console_holds(
         history = list(app.fleet.store.history(host))
         notices = [n.message for n in app._notifications]
     (path,) = (tmp_path / "bundles").glob("*.tar.gz")
-    assert any(m.startswith(f"bundle written: {path}") for m in notices)
+    # as the notice lays it out: the path on lines of its own, never broken inside a name
+    assert any(m.startswith(laid_out(f"bundle written: {path}")) for m in notices)
     files = members(path)
     times = [json.loads(line)["time"] for line in files["readings.jsonl"].splitlines()]
     assert times == [s.time for s in history]

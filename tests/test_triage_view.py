@@ -25,7 +25,7 @@ from gpuconsole.model import (
     XidEvent,
 )
 from gpuconsole.record.episodes import ALERT, FINDING, finding_ident
-from gpuconsole.screens.host import HostScreen
+from gpuconsole.screens.gpu import GpuScreen
 from gpuconsole.screens.triage import TriageScreen
 from gpuconsole.store import FleetStore
 from gpuconsole.triage_view import alert_next_step, triage_items, watched_codes
@@ -216,7 +216,7 @@ def test_one_row_per_problem_each_with_its_own_remedy(
     assert firing <= set(on_rows)  # every firing alert on exactly one row
 
 
-async def test_the_view_lists_the_demo_fleet_and_opens_a_host_at_its_gpu(make_app, clock) -> None:
+async def test_the_view_lists_the_demo_fleet_and_opens_a_rows_gpu(make_app, clock) -> None:
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         tick(app, clock)
@@ -245,8 +245,8 @@ async def test_the_view_lists_the_demo_fleet_and_opens_a_host_at_its_gpu(make_ap
         detail = str(screen.query_one("#triage-detail").render())
         assert lost.where in detail and "next: reboot the node" in detail
         await pilot.press("enter")
-        assert isinstance(app.screen, HostScreen)
-        assert (app.screen.host, app.screen.selected_gpu) == (lost.host, lost.gpu)
+        assert isinstance(app.screen, GpuScreen)
+        assert (app.screen.host, app.screen.gpu) == (lost.host, lost.gpu)
         await pilot.press("escape")
         assert isinstance(app.screen, TriageScreen)
         await pilot.press("escape")

@@ -1,20 +1,38 @@
-"""What every console screen shares: the store, the palette, the title line, refresh hooks."""
+"""What every console screen shares: the store, the palette, the title line and the key bar,
+refresh hooks, and what `y` copies."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import time
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
+from rich.text import Text
 from textual.screen import Screen
 from textual.theme import Theme
 
 from gpuconsole.messages import FleetUpdated
+from gpuconsole.model import GpuState, HostState
 from gpuconsole.store import FleetStore
 from gpuconsole.widgets.cells import Palette
-from gpuconsole.widgets.steady import Steady
-from gpuconsole.widgets.title_bar import fleet_line
+from gpuconsole.widgets.key_bar import KeyBar
+from gpuconsole.widgets.title_bar import Part, TitleBar, fleet_parts, part, reading_part
 
 if TYPE_CHECKING:
     from gpuconsole.app import GpuConsoleApp
+
+
+class Copyable(NamedTuple):
+    """A value the user may copy from a screen (`y`, `Y`), and what it is."""
+
+    what: str
+    value: str
+
+
+class Reading(NamedTuple):
+    """When the newest reading a screen shows was taken, and whether it is stale."""
+
+    time: float | None
+    stale: bool
 
 
 class ConsoleScreen(Screen[None]):
@@ -27,8 +45,23 @@ class ConsoleScreen(Screen[None]):
     """Where the heading comes on the help screen: lower first."""
 
     def where(self) -> str:
-        """Where the user is, for the title line."""
+        """Where the user is, for the title line (it is never left out of it)."""
         return self.WHERE
+
+    def title_notes(self) -> list[Part]:
+        """More about where the user is (a sort, a filter), after `where` in the title line."""
+        return []
+
+    def reading(self) -> Reading:
+        """The newest reading of the fleet; stale when no host is live."""
+        store = self.store
+        times = [s.time for host in store.hosts if (s := store.latest(host)) is not None]
+        live = any(store.status(host).state is HostState.LIVE for host in store.hosts)
+        return Reading(max(times, default=None), not live)
+
+    def copyables(self) -> list[Copyable]:
+        """What `y` copies (the first) and `Y` offers (all), for the row under the cursor."""
+        return []
 
     @property
     def console(self) -> GpuConsoleApp:
@@ -42,8 +75,11 @@ class ConsoleScreen(Screen[None]):
     def palette(self) -> Palette:
         return self.console.palette
 
-    def title_bar(self) -> Steady:
-        return Steady(id="title-bar")
+    def title_bar(self) -> TitleBar:
+        return TitleBar()
+
+    def key_bar(self) -> KeyBar:
+        return KeyBar()
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._on_theme_changed)
@@ -60,12 +96,30 @@ class ConsoleScreen(Screen[None]):
 
     def refresh_view(self, changed: set[str] | None) -> None:
         """Show the store's state; ``changed`` names the hosts that changed (None: all)."""
-        notes = [self.where()]
-        if self.console.starting:
-            notes.append("reading the hosts' recent past…")
-        if self.console.paused:
-            notes.append("paused: p resumes")
-        where = " · ".join(note for note in notes if note)
-        self.query_one("#title-bar", Steady).show(
-            fleet_line(self.store, self.console.label, self.palette, where)
-        )
+        self.query_one(TitleBar).show_parts(self._title_parts())
+
+    def _title_parts(self) -> list[Part]:
+        console = self.console
+        parts = fleet_parts(self.store, console.label, self.palette)
+        parts.append(part(Text(self.where(), style="dim"), rank=0, right=True))
+        parts += self.title_notes()
+        if console.starting:
+            parts.append(part("reading the hosts' recent past…", "reading…", rank=1, right=True))
+        if console.paused_at is not None:
+            stamp = time.strftime("%H:%M:%S", time.gmtime(console.paused_at))
+            paused = Text(f"paused since {stamp} UTC: p resumes", style="reverse")
+            parts.append(part(paused, Text("paused", style="reverse"), rank=0, right=True))
+        reading = self.reading()
+        shown = reading_part(reading.time, console.now(), reading.stale, self.palette)
+        return parts if shown is None else [*parts, shown]
+
+
+def gpu_copyables(host: str, gpu: GpuState) -> list[Copyable]:
+    """What names a GPU to other tools: its UUID (`nvidia-smi -i`, CUDA_VISIBLE_DEVICES) and its
+    PCI bus id, where the reading has them."""
+    found = []
+    if gpu.uuid:
+        found.append(Copyable(f"UUID of {host} GPU {gpu.index}", gpu.uuid))
+    if gpu.pci_bus_id:
+        found.append(Copyable(f"PCI bus id of {host} GPU {gpu.index}", gpu.pci_bus_id))
+    return found

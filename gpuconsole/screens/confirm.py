@@ -10,11 +10,13 @@ from textual.widgets import Button, Static
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """Dismisses with True only on an explicit yes."""
+    """Dismisses with True only on an explicit yes; q quits the console (nothing is run), as it
+    does on every screen."""
 
     BINDINGS = [
         Binding("y", "answer(True)", "Yes", id="confirm.yes"),
         Binding("n,escape", "answer(False)", "No", id="confirm.no"),
+        Binding("q", "app.quit", "Quit", id="confirm.quit"),
     ]
 
     def __init__(self, question: str, detail: str) -> None:

@@ -7,9 +7,9 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 
-from gpuconsole.fleet_view import SORT_KEYS, host_matches, owners, sort_hosts
+from gpuconsole.fleet_view import SORT_KEYS, fleet_order, owners
 from gpuconsole.model import (
     Finding,
     GpuProcess,
@@ -19,10 +19,11 @@ from gpuconsole.model import (
     Severity,
     worst,
 )
-from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.base import ConsoleScreen, Copyable, gpu_copyables
 from gpuconsole.summary import short_model, summarize
 from gpuconsole.widgets import cells
-from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
+from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
+from gpuconsole.widgets.title_bar import Part, part
 
 # Wide layout from this many columns on; below it the narrow one keeps the problem readable.
 WIDE_FROM = 116
@@ -45,8 +46,23 @@ _FIXED_NARROW = (
 )
 _MIN_PROBLEM_WIDTH = 20
 _MESSAGE_FROM = 40  # below this width the problem column names the finding's code
-_JOBS = ColumnSpec("jobs", "Jobs", 24)
+_JOBS = ColumnSpec("jobs", "Jobs", 24, drop=1)
 """Whose work runs on the host: shown only where the problem keeps its message beside it."""
+
+
+def fleet_columns(width: int) -> tuple[ColumnSpec, ...]:
+    """The fleet's columns ``width`` cells wide: the jobs where the problem keeps its message
+    beside them (`_MESSAGE_FROM`), the problem taking the rest."""
+    fixed = _FIXED_WIDE if width >= WIDE_FROM else _FIXED_NARROW
+    with_jobs = (*fixed, _JOBS, ColumnSpec("problem", "Worst problem", _MESSAGE_FROM, grow=1))
+    columns = fit_columns(with_jobs, width)
+    if any(spec.key == "jobs" for spec in columns):
+        return columns
+    return fit_columns(
+        (*fixed, ColumnSpec("problem", "Worst problem", _MIN_PROBLEM_WIDTH, grow=1)), width
+    )
+
+
 _DRAIN = "drain"
 """A live host whose scheduler node is out of service (drained, or draining) says so."""
 
@@ -135,12 +151,24 @@ class FleetScreen(ConsoleScreen):
     def compose(self) -> ComposeResult:
         yield self.title_bar()
         yield KeyedTable(id="fleet")
-        yield Input(placeholder="filter: host, state, model, problem, job or user", id="filter")
-        yield Footer()
+        yield Input(
+            placeholder="filter (whole words): host, state, crit/warn, model, code, job, user",
+            id="filter",
+        )
+        yield self.key_bar()
 
     def where(self) -> str:
-        shown = f"fleet · sorted by {self.sort_key}"
-        return f"{shown} · filter {self.filter_text!r}" if self.filter_text else shown
+        return "fleet"
+
+    def title_notes(self) -> list[Part]:
+        notes = [part(f"sorted by {self.sort_key}", rank=5, right=True)]
+        if self.filter_text:
+            notes.append(part(f"filter {self.filter_text!r}", rank=1, right=True))
+        return notes
+
+    def ordered_hosts(self) -> list[str]:
+        """The hosts as the fleet lists them now: its filter, in its order."""
+        return fleet_order(self.store, self.sort_key, self.filter_text)
 
     @property
     def table(self) -> KeyedTable:
@@ -156,23 +184,16 @@ class FleetScreen(ConsoleScreen):
 
     def _set_columns(self) -> None:
         width = self.size.width or 80
-        wide = width >= WIDE_FROM
-        fixed = _FIXED_WIDE if wide else _FIXED_NARROW
-        used = sum((spec.width or 0) + 2 for spec in fixed) + 2
-        room = width - used - 2
-        jobs_width = (_JOBS.width or 0) + 2
-        self._jobs_shown = room - jobs_width >= _MESSAGE_FROM
-        if self._jobs_shown:
-            fixed, room = (*fixed, _JOBS), room - jobs_width
-        self._problem_width = max(_MIN_PROBLEM_WIDTH, room)
-        problem = ColumnSpec("problem", "Worst problem", self._problem_width)
-        self.table.set_columns((*fixed, problem))
-        self._wide = wide
+        columns = fleet_columns(width)
+        widths = {spec.key: spec.width or 0 for spec in columns}
+        self._jobs_shown = "jobs" in widths
+        self._problem_width = widths["problem"]
+        self.table.set_columns(columns)
+        self._wide = width >= WIDE_FROM
 
     def _rows(self) -> list[tuple[str, Cells]]:
-        hosts = [h for h in self.store.hosts if host_matches(self.store, h, self.filter_text)]
         rows = []
-        for host in sort_hosts(self.store, hosts, self.sort_key):
+        for host in self.ordered_hosts():
             rows.append((host, self._host_cells(host)))
             snapshot = self.store.latest(host)
             if host in self.expanded and snapshot is not None:
@@ -299,8 +320,7 @@ class FleetScreen(ConsoleScreen):
         count = f" +{len(findings) - 1}" if len(findings) > 1 else ""
         if self._problem_width >= _MESSAGE_FROM:
             line = Text.assemble(badge, (count, "dim"), " ", top.message)
-            line.truncate(self._problem_width, overflow="ellipsis")
-            return line
+            return cells.fit_text(line, self._problem_width)
         where = "" if top.gpu is None else f" GPU {top.gpu}"
         return Text.assemble(badge, f" {top.code}{where}", (count, "dim"))
 
@@ -354,8 +374,19 @@ class FleetScreen(ConsoleScreen):
     def action_cycle_sort(self) -> None:
         index = SORT_KEYS.index(self.sort_key)
         self.sort_key = SORT_KEYS[(index + 1) % len(SORT_KEYS)]
-        self.notify(f"sorted by {self.sort_key}", timeout=2)
+        self.console.notify(f"sorted by {self.sort_key}", timeout=2, kind="sort")
         self.refresh_view(None)
+
+    def copyables(self) -> list[Copyable]:
+        """A host row: its name; a GPU row: the GPU's UUID and PCI bus id, then the host."""
+        target = self._cursor_host()
+        if target is None:
+            return []
+        host, index = target
+        snapshot = self.store.latest(host)
+        gpu = snapshot.gpu(index) if snapshot is not None and index is not None else None
+        found = [] if gpu is None else gpu_copyables(host, gpu)
+        return [*found, Copyable("host name", host)]
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

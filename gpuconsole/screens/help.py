@@ -46,8 +46,8 @@ def bindings_table(app_type: type[App[object]]) -> Table:
                     meaning = f"{meaning}: {binding.tooltip}"
                 table.add_row(key_label(binding.key), meaning)
     table.add_row(Text("Also", style="underline"), "")
-    table.add_row("Ctrl+P", "command palette: screens, hosts, themes")
-    table.add_row("↑ ↓ PgUp PgDn", "move the cursor")
+    table.add_row("Ctrl+P", "command palette: every screen, each host, this screen's keys, themes")
+    table.add_row("↑ ↓ PgUp PgDn", "move the cursor; Home and End: to the first and last row")
     return table
 
 
@@ -77,10 +77,12 @@ def screen_classes() -> list[type[Screen[object]]]:
 
 
 class HelpScreen(ModalScreen[None]):
-    """Lists every key; any of Esc, q or ? closes it."""
+    """Lists every key; Esc or ? closes it. A modal screen stops the app's keys: q is bound here
+    again, so that it quits here as everywhere."""
 
     BINDINGS = [
-        Binding("escape,q,question_mark", "app.pop_screen", "Close", id="help.close"),
+        Binding("escape,question_mark", "app.pop_screen", "Close", id="help.close"),
+        Binding("q", "app.quit", "Quit", id="help.quit"),
     ]
 
     def compose(self) -> ComposeResult:

@@ -10,16 +10,20 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.events import Resize
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from gpuconsole.bench.history import BenchHistory, HistoryError, unit
 from gpuconsole.bench.output import HEADER, RIGHT_ALIGNED, row
 from gpuconsole.bench.review import JudgedRun, host_review
 from gpuconsole.screens.base import ConsoleScreen
-from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
+from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
 
 _LABELS = {"when": "When (UTC)", "peak mem": "Peak mem"}
+_DROP = {"preset": 6, "GPU": 5, "world": 4, "peak mem": 3, "recipe": 2, "status": 1}
+"""Where the width is short, these columns go, the highest first (the run under the cursor's
+detail says them all): when, where, how fast and whether flagged stay."""
 
 
 class HistoryScreen(ConsoleScreen):
@@ -67,7 +71,7 @@ class HistoryScreen(ConsoleScreen):
         yield KeyedTable(id="history-runs")
         with VerticalScroll(id="history-detail-box"):
             yield Static(id="history-detail", markup=False)
-        yield Footer()
+        yield self.key_bar()
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -111,9 +115,14 @@ class HistoryScreen(ConsoleScreen):
         self.query_one("#history-status", Static).update(self._status())
         rows = self._rows()
         table = self.query_one("#history-runs", KeyedTable)
-        table.set_columns(_columns([cells for _, cells in rows]))
-        table.sync(rows)
+        columns = fit_columns(_columns([cells for _, cells in rows]), self.size.width or 80)
+        table.set_columns(columns)
+        kept = [HEADER.index(spec.key) for spec in columns]
+        table.sync([(key, tuple(cells[i] for i in kept)) for key, cells in rows])
         self._show_detail()
+
+    def on_resize(self, _event: Resize) -> None:
+        self.refresh_view(None)
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         self._show_detail()
@@ -195,7 +204,12 @@ def _columns(rows: list[Cells]) -> list[ColumnSpec]:
     rows arriving after it was drawn could keep its header at the old widths."""
     labels = [_LABELS.get(name, name[:1].upper() + name[1:]) for name in HEADER]
     return [
-        ColumnSpec(name, label, max([len(label), *(len(str(cells[i])) for cells in rows)]))
+        ColumnSpec(
+            name,
+            label,
+            max([len(label), *(len(str(cells[i])) for cells in rows)]),
+            drop=_DROP.get(name, 0),
+        )
         for i, (name, label) in enumerate(zip(HEADER, labels, strict=True))
     ]
 

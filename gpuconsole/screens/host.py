@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -12,9 +11,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.events import Resize
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable
 
 from gpuconsole.actions.processes import ProcessSignals, describe, signal_process
+from gpuconsole.fleet_view import SORT_KEYS, fleet_order
 from gpuconsole.model import (
     GpuProcess,
     GpuState,
@@ -23,11 +23,13 @@ from gpuconsole.model import (
     MigInstance,
     ProcessLoad,
 )
-from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.base import ConsoleScreen, Copyable, Reading, gpu_copyables
 from gpuconsole.screens.confirm import ConfirmScreen
+from gpuconsole.screens.fleet import FleetScreen
 from gpuconsole.summary import short_model
 from gpuconsole.widgets import cells
-from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
+from gpuconsole.widgets.fitted_lines import FittedLines
+from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
 from gpuconsole.widgets.steady import Steady
 from gpuconsole.widgets.trend import sparkline
 
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
     from gpuconsole.actions.service import Change
 
 WIDE_FROM = 112
+"""From this width the GPU list draws bars and full figures; below it, percentages."""
+_THROTTLE_FULL = 17
+"""Cells for two reasons in full ("hw-therm,sw-therm"): a throttle cell this wide lists them all."""
 _GPU_WIDE = (
     ColumnSpec("gpu", "GPU", 3),
     ColumnSpec("util", "Util", 13),
@@ -44,24 +49,28 @@ _GPU_WIDE = (
     ColumnSpec("sm", "SM MHz", 6),
     ColumnSpec("mem_clock", "Mem MHz", 7),
     ColumnSpec("pstate", "P", 3),
-    ColumnSpec("throttle", "Throttle", 16),
+    ColumnSpec("throttle", "Throttle", 16, grow=1, most=30),
     ColumnSpec("ecc", "ECC u/c", 7),
     ColumnSpec("pcie", "PCIe", 9),
 )
+# The narrow GPU list's columns by priority: utilization, memory, temperature and power stay;
+# the clock, the P-state, the ECC counters and the link go in that order where the width is short.
 _GPU_NARROW = (
     ColumnSpec("gpu", "GPU", 3),
     ColumnSpec("util", "Util", 4),
     ColumnSpec("memory", "Mem", 4),
     ColumnSpec("temp", "Temp", 5),
     ColumnSpec("power", "Pwr", 4),
-    ColumnSpec("sm", "SM", 4),
-    ColumnSpec("pstate", "P", 3),
-    ColumnSpec("throttle", "Throttle", 10),
-    ColumnSpec("pcie", "PCIe", 5),
+    ColumnSpec("sm", "SM", 4, drop=4),
+    ColumnSpec("pstate", "P", 3, drop=3),
+    ColumnSpec("throttle", "Throttle", 10, grow=1, most=_THROTTLE_FULL),
+    ColumnSpec("ecc", "ECC u/c", 7, drop=2),
+    ColumnSpec("pcie", "PCIe", 5, drop=1),
 )
 # The process list's columns by priority: the narrow form keeps who owns a process and how hard it
 # drives its GPU, and gives the command what is left; the wide one adds the memory controller's
-# share, the age, and the video engines' where a process on the host uses them.
+# share, the age, and the video engines' where a process on the host uses them. Of what the fixed
+# columns leave, the owner takes 2 cells in 5 (up to 28), the command the rest.
 _PROCESS_HEAD = (
     ColumnSpec("gpu", "GPU", 3),
     ColumnSpec("pid", "PID", 7),
@@ -72,28 +81,26 @@ _PROCESS_WIDE = (ColumnSpec("membw", "MemBW", 5),)
 _PROCESS_VIDEO = (ColumnSpec("enc", "Enc%", 4), ColumnSpec("dec", "Dec%", 4))
 _PROCESS_MEMORY = ColumnSpec("memory", "Memory", 7)
 _PROCESS_AGE = ColumnSpec("age", "Age", 6)
-_OWNER_WIDTH = (16, 28)
-"""The owner column's least and most cells; between them it takes 2/5 of what the fixed
-columns leave, the command the rest."""
-_SCROLLBAR = 2
-"""Kept free for the list's scroll bar, so that the command's ellipsis is never clipped."""
+_PROCESS_TAIL = (
+    ColumnSpec("owner", "Owner", 14, grow=2, most=28),
+    ColumnSpec("command", "Command", 10, grow=3),
+)
+
+
+def gpu_columns(width: int) -> tuple[ColumnSpec, ...]:
+    """The GPU list's columns on a screen ``width`` cells wide."""
+    return fit_columns(_GPU_WIDE if width >= WIDE_FROM else _GPU_NARROW, width)
 
 
 def process_columns(width: int, video: bool) -> tuple[ColumnSpec, ...]:
     """The process list's columns on a screen ``width`` cells wide; ``video``: some process on
     the host uses the encoder or decoder."""
-    wide = width >= WIDE_FROM
     fixed = [*_PROCESS_HEAD]
-    if wide:
+    if width >= WIDE_FROM:
         fixed += [*_PROCESS_WIDE, *(_PROCESS_VIDEO if video else ()), _PROCESS_MEMORY, _PROCESS_AGE]
     else:
         fixed.append(_PROCESS_MEMORY)
-    padding = 2 * (len(fixed) + 2)  # DataTable pads each cell by one on either side
-    left = width - sum(spec.width or 0 for spec in fixed) - padding - _SCROLLBAR
-    least, most = _OWNER_WIDTH
-    owner = min(max(left * 2 // 5, least), most)
-    command = max(left - owner, len("Command"))
-    return (*fixed, ColumnSpec("owner", "Owner", owner), ColumnSpec("command", "Command", command))
+    return fit_columns((*fixed, *_PROCESS_TAIL), width)
 
 
 _TREND_LABEL_WIDTH = 18  # "GPU 7 power " before the line, " 700W" after it
@@ -185,6 +192,15 @@ class HostScreen(ConsoleScreen):
             tooltip="bring the host's node back into its scheduler (Slurm resume, kubectl "
             "uncordon); shows the command, asks first",
         ),
+        Binding(
+            "enter",
+            "open_gpu",
+            "Open GPU",
+            id="host.gpu",
+            show=False,
+            tooltip="the GPU under the cursor: who it is, its counters, its processes, its "
+            "readings as plots",
+        ),
         Binding("left_square_bracket", "other_host(-1)", "Prev host", id="host.prev"),
         Binding("right_square_bracket", "other_host(1)", "Next host", id="host.next"),
         Binding(
@@ -228,13 +244,15 @@ class HostScreen(ConsoleScreen):
         with Horizontal(id="trends"):
             for _, label, _, _, _ in _TRENDS:
                 yield Steady(id=f"trend-{label}", classes="trend")
-        yield KeyedTable(id="processes")
-        with Vertical(id="findings-panel"):  # its border is not repainted with the findings
-            yield Steady(id="findings")
-        yield Footer()
+        with Vertical(id="host-lists"):  # the rows the two lists share
+            yield KeyedTable(id="processes")
+            with Vertical(id="findings-panel"):  # its border is not repainted with the findings
+                yield FittedLines(id="findings")
+        yield self.key_bar()
 
     def on_mount(self) -> None:
         super().on_mount()
+        self.call_after_refresh(self._show_findings)  # once the lists have their heights
         if self._initial_gpu is not None:
             gpus = self.query_one("#gpus", KeyedTable)
             if str(self._initial_gpu) in {key for key, _ in self._gpu_rows()}:
@@ -243,6 +261,7 @@ class HostScreen(ConsoleScreen):
 
     def on_resize(self, _event: Resize) -> None:
         self.refresh_view(None)
+        self.call_after_refresh(self._show_findings)  # once the lists have their new heights
 
     @property
     def selected_gpu(self) -> int | None:
@@ -250,14 +269,20 @@ class HostScreen(ConsoleScreen):
         key = self.query_one("#gpus", KeyedTable).cursor_key
         return int(key.partition("/")[0]) if key is not None else None
 
+    def reading(self) -> Reading:
+        """The host's newest reading; stale unless the host is live."""
+        snapshot = self.store.latest(self.host)
+        live = self.store.status(self.host).state is HostState.LIVE
+        return Reading(None if snapshot is None else snapshot.time, not live)
+
     def refresh_view(self, changed: set[str] | None) -> None:
         super().refresh_view(changed)
         if changed is not None and self.host not in changed:
             return
-        wide = (self.size.width or 80) >= WIDE_FROM
+        width = self.size.width or 80
         gpus = self.query_one("#gpus", KeyedTable)
-        gpus.set_columns(_GPU_WIDE if wide else _GPU_NARROW)
-        self._wide = wide
+        gpus.set_columns(gpu_columns(width))
+        self._wide = width >= WIDE_FROM
         snapshot = self.store.latest(self.host)
         self.query_one("#host-info", Steady).show(self._info(snapshot))
         gpus.sync(self._gpu_rows())
@@ -279,9 +304,6 @@ class HostScreen(ConsoleScreen):
         line.append(f"  ·  {len(snapshot.gpus)}× {', '.join(sorted(models)) or 'N/A'}")
         line.append(f"  ·  driver {snapshot.driver_version or 'N/A'}")
         line.append(f"  ·  CUDA {snapshot.cuda_version or 'N/A'}")
-        if status.state is not HostState.LIVE:  # live: the reading is this tick's
-            stamp = time.strftime("%H:%M:%S", time.gmtime(snapshot.time))
-            line.append(f"  ·  last read {stamp} UTC", style="dim")
         node = snapshot.node
         if node is not None and node.out_of_service:  # in service is the usual: not worth a line
             warning = f"bold {self.palette['severity-warning']}"
@@ -304,7 +326,7 @@ class HostScreen(ConsoleScreen):
     def _mig_cells(self, mig: MigInstance) -> Cells:
         """A MIG instance: its profile and memory. NVML gives no utilization per instance, so
         utilization reads N/A rather than a 0 that would look idle."""
-        columns = _GPU_WIDE if self._wide else _GPU_NARROW
+        columns = self.query_one("#gpus", KeyedTable).columns_shown
         if self._wide:
             memory = cells.memory_bar(
                 mig.memory_used_mib, mig.memory_total_mib, self.palette, width=7
@@ -320,42 +342,41 @@ class HostScreen(ConsoleScreen):
         return tuple(shown.get(spec.key, Text("")) for spec in columns)
 
     def _gpu_cells(self, gpu: GpuState) -> Cells:
+        """The GPU's cells for the columns shown: bars and full figures in the wide form,
+        percentages in the narrow one."""
         palette = self.palette
+        columns = self.query_one("#gpus", KeyedTable).columns_shown
         index = Text(str(gpu.index), style="bold")
         if gpu.lost:
-            critical = f"bold {palette['severity-critical']}"
-            columns = _GPU_WIDE if self._wide else _GPU_NARROW
-            return (index, Text("LOST", style=critical), *(Text(""),) * (len(columns) - 2))
+            lost = Text("LOST", style=f"bold {palette['severity-critical']}")
+            return tuple({"gpu": index, "util": lost}.get(c.key, Text("")) for c in columns)
         ecc = gpu.ecc
-        if self._wide:
-            return (
-                index,
-                cells.utilization_bar(gpu.utilization_pct, palette, width=7),
-                cells.memory_bar(gpu.memory_used_mib, gpu.memory_total_mib, palette, width=7),
-                cells.temperature(gpu.temperature_c, palette),
-                cells.power(gpu.power_w, gpu.power_limit_w),
-                cells.number(gpu.sm_clock_mhz),
-                cells.number(gpu.memory_clock_mhz),
-                cells.text(gpu.pstate),
-                cells.throttle(gpu.throttle_reasons, palette),
-                cells.ecc(
-                    ecc.volatile_uncorrected if ecc else None,
-                    ecc.volatile_corrected if ecc else None,
-                    palette,
-                ),
-                cells.pcie(gpu.pcie, palette),
-            )
-        return (
-            index,
-            cells.percent(gpu.utilization_pct, palette),
-            cells.memory_percent(gpu.memory_used_mib, gpu.memory_total_mib, palette),
-            cells.temperature(gpu.temperature_c, palette),
-            cells.power_percent(gpu.power_w, gpu.power_limit_w),
-            cells.number(gpu.sm_clock_mhz),
-            cells.text(gpu.pstate),
-            cells.throttle(gpu.throttle_reasons, palette, compact=True),
-            cells.pcie(gpu.pcie, palette, compact=True),
-        )
+        wide = self._wide
+        width = {spec.key: spec.width for spec in columns}
+        shown = {
+            "gpu": index,
+            "util": cells.utilization_bar(gpu.utilization_pct, palette, width=7)
+            if wide
+            else cells.percent(gpu.utilization_pct, palette),
+            "memory": cells.memory_bar(gpu.memory_used_mib, gpu.memory_total_mib, palette, width=7)
+            if wide
+            else cells.memory_percent(gpu.memory_used_mib, gpu.memory_total_mib, palette),
+            "temp": cells.temperature(gpu.temperature_c, palette),
+            "power": cells.power(gpu.power_w, gpu.power_limit_w)
+            if wide
+            else cells.power_percent(gpu.power_w, gpu.power_limit_w),
+            "sm": cells.number(gpu.sm_clock_mhz),
+            "mem_clock": cells.number(gpu.memory_clock_mhz),
+            "pstate": cells.text(gpu.pstate),
+            "throttle": cells.throttle(gpu.throttle_reasons, palette, width=width.get("throttle")),
+            "ecc": cells.ecc(
+                ecc.volatile_uncorrected if ecc else None,
+                ecc.volatile_corrected if ecc else None,
+                palette,
+            ),
+            "pcie": cells.pcie(gpu.pcie, palette, compact=not wide),
+        }
+        return tuple(shown[spec.key] for spec in columns)
 
     def _process_rows(
         self, snapshot: HostSnapshot | None, columns: tuple[ColumnSpec, ...]
@@ -417,23 +438,47 @@ class HostScreen(ConsoleScreen):
         return self.palette["util-mid"]
 
     def _show_findings(self) -> None:
+        """One line per finding, cut where a word ends; the panel is only as tall as they need
+        (up to the stylesheet's most), and where they do not fit, the last line says how many
+        more there are."""
         findings = self.store.findings(self.host)
-        widget = self.query_one("#findings", Steady)
+        self.query_one("#findings-panel").styles.height = self._findings_rows(len(findings)) + 1
+        widget = self.query_one("#findings", FittedLines)
         if not findings:
-            widget.show(Text("No findings: every rule passes on this host.", style="dim"))
+            widget.show_lines([Text("No findings: every rule passes on this host.", style="dim")])
             return
         lines = []
         for finding in findings:
-            line = Text(no_wrap=True, overflow="ellipsis", end="")
-            line.append_text(cells.severity_badge(finding.severity, self.palette))
+            line = Text.assemble(cells.severity_badge(finding.severity, self.palette))
             line.append(f" {finding.message}")
             line.append(f" → {finding.remediation}", style="dim")
             lines.append(line)
-        widget.show(Text("\n").join(lines))
+        widget.show_lines(lines, ": T lists every finding with what to do")
+
+    def _findings_rows(self, findings: int) -> int:
+        """The findings' lines: all where they and every process fit in the rows the two lists
+        share; else at most two in five of those rows, and at least two."""
+        processes = self.query_one("#processes", KeyedTable)
+        shared = self.query_one("#host-lists").size.height
+        if not shared:  # before the first layout: the rows an 8-GPU host leaves
+            shared = max(6, (self.size.height or 24) - 14)
+        wanted = max(findings, 1)
+        if wanted + 1 + processes.row_count + 2 <= shared:  # + borders and the header
+            return wanted
+        return min(wanted, max(2, shared * 2 // 5 - 1))
 
     @on(DataTable.RowHighlighted, "#gpus")
     def _gpu_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         self._show_trends()
+
+    @on(DataTable.RowSelected, "#gpus")
+    def _gpu_selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_open_gpu()
+
+    def action_open_gpu(self) -> None:
+        gpu = self.selected_gpu
+        if gpu is not None:
+            self.console.open_gpu(self.host, gpu)
 
     def action_topology(self) -> None:
         from gpuconsole.screens.topology import TopologyScreen
@@ -503,6 +548,36 @@ class HostScreen(ConsoleScreen):
         self.console.service(self.host, change)
 
     def action_other_host(self, step: int) -> None:
-        hosts = self.store.hosts
+        """The host before or after this one in the fleet's list as the fleet shows it (its
+        order, its filter; the whole fleet where the filter leaves this host out)."""
+        fleet = next((s for s in self.app.screen_stack if isinstance(s, FleetScreen)), None)
+        hosts = fleet.ordered_hosts() if fleet is not None else []
+        if self.host not in hosts:
+            hosts = fleet_order(self.store, fleet.sort_key if fleet else SORT_KEYS[0])
         target = hosts[(hosts.index(self.host) + step) % len(hosts)]
         self.app.switch_screen(HostScreen(target))
+
+    def copyables(self) -> list[Copyable]:
+        """In the process list: the process's PID, command, user and owner; in the GPU list:
+        the GPU's UUID and PCI bus id; then the host's name."""
+        snapshot = self.store.latest(self.host)
+        found: list[Copyable] = []
+        process = self._selected_process()
+        if process is not None:
+            found += _process_copyables(process)
+        elif snapshot is not None and self.selected_gpu is not None:
+            gpu = snapshot.gpu(self.selected_gpu)
+            found += [] if gpu is None else gpu_copyables(self.host, gpu)
+        return [*found, Copyable("host name", self.host)]
+
+
+def _process_copyables(process: GpuProcess) -> list[Copyable]:
+    """A process's PID first (for kill, py-spy, nvidia-smi), then what else names it."""
+    found = [Copyable("PID", str(process.pid))]
+    if process.command:
+        found.append(Copyable("command", process.command))
+    if process.user:
+        found.append(Copyable("user", process.user))
+    if process.owner_described:
+        found.append(Copyable("owner", process.owner_described))
+    return found

@@ -8,23 +8,35 @@ import asyncio
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Static
+from textual.events import Resize
+from textual.widgets import Static
 
-from gpuconsole.actions.launch.commands import LaunchSpec
 from gpuconsole.actions.memory.output import TRIAL_COLUMNS, report_text, trial_cells
 from gpuconsole.actions.memory.session import (
     DoctorRequest,
     MemoryDoctorError,
     MemoryReport,
+    launch_spec,
     run_doctor,
 )
 from gpuconsole.actions.memory.trials import Trial
 from gpuconsole.hosts.targets import Target
 from gpuconsole.screens.action import ActionScreen
+from gpuconsole.widgets.cells import fit
+from gpuconsole.widgets.keyed_table import ColumnSpec, KeyedTable, fit_columns
+
+_KEPT = frozenset({"trial", "peak", "target"})
+"""The trial table's columns that stay whatever the width: which fixes, their peak, whether it
+fits the target."""
+_DROP = {"samples/s": 1, "vs fp32": 2, "loss": 3, "vs mixed": 4, "mode": 5, "spread": 6}
+"""Where the width is short, the other columns go, the highest first (any not named here before
+these)."""
+_MOST = 28
+"""The widest a column gets (a failed trial's reason is cut where a word ends)."""
 
 DEFAULT_JOB = DoctorRequest("bert", extra=("--padding", "fixed"))
-"""What `m` tries: BERT-base at sequence 512, the recipe's batch of 32, against the card less
-the guide's 20 % reserve."""
+"""What `m` tries: BERT-base at sequence 512, the recipe's batch of 32, as `launch` runs it
+(the tuned preset: compiled), against the card less the guide's 20 % reserve."""
 
 
 class MemoryScreen(ActionScreen):
@@ -49,7 +61,9 @@ class MemoryScreen(ActionScreen):
         super().__init__()
         self.target = target
         self.request = request
-        self.report = MemoryReport(target.name, request.recipe)
+        self.report = MemoryReport(
+            target.name, request.recipe, preset=request.preset, amp=request.amp
+        )
         self.finished: MemoryReport | None = None
 
     def where(self) -> str:
@@ -58,13 +72,12 @@ class MemoryScreen(ActionScreen):
     def compose(self) -> ComposeResult:
         yield self.title_bar()
         yield Static(id="memory-status", markup=False)
-        yield DataTable(id="memory-trials", cursor_type="row", zebra_stripes=True)
+        yield KeyedTable(id="memory-trials")
         yield Static(id="memory-result", markup=False)
-        yield Footer()
+        yield self.key_bar()
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#memory-trials", DataTable).add_columns(*TRIAL_COLUMNS)
         self._status(
             f"trying each memory fix on {self.request.recipe}, GPU {self.request.gpu} of "
             f"{self.target.name}: one short run per trial; s stops"
@@ -95,21 +108,43 @@ class MemoryScreen(ActionScreen):
 
     def _add_trial(self, trial: Trial) -> None:
         self.report.trials.append(trial)
-        self.query_one("#memory-trials", DataTable).add_row(
-            *map(Text, trial_cells(trial, self.report))
-        )
+        self._show_trials()
 
     def _done(self, report: MemoryReport) -> None:
         self.finished = report
-        table = self.query_one("#memory-trials", DataTable)
-        table.clear()
         self.report = report
-        for trial in report.trials:
-            table.add_row(*map(Text, trial_cells(trial, self.report)))
+        self._show_trials()
         summary = report_text(report).split("\n\n", 1)[-1]
         self.query_one("#memory-result", Static).update(summary)
         ready = "a launches the recipe with it" if report.recommended else "nothing to apply"
         self._status(f"finished: {len(report.trials)} trials; {ready}")
+
+    def on_resize(self, _event: Resize) -> None:
+        self._show_trials()
+
+    def _show_trials(self) -> None:
+        """The trials, in the columns that fit the width (`_DROP`), each cell cut to its
+        column where a word ends."""
+        rows = [trial_cells(trial, self.report) for trial in self.report.trials]
+        specs = [
+            ColumnSpec(
+                name,
+                name,
+                min(_MOST, max([len(name), *(len(row[i]) for row in rows)])),
+                drop=0 if name in _KEPT else _DROP.get(name, len(_DROP) + 1),
+            )
+            for i, name in enumerate(TRIAL_COLUMNS)
+        ]
+        columns = fit_columns(specs, self.size.width or 80)
+        kept = [(TRIAL_COLUMNS.index(spec.key), spec.width or 0) for spec in columns]
+        table = self.query_one("#memory-trials", KeyedTable)
+        table.set_columns(columns)
+        table.sync(
+            [
+                (str(n), tuple(Text(fit(row[i], width)) for i, width in kept))
+                for n, row in enumerate(rows)
+            ]
+        )
 
     def _status(self, text: str) -> None:
         self.query_one("#memory-status", Static).update(text)
@@ -120,10 +155,8 @@ class MemoryScreen(ActionScreen):
     def action_apply(self) -> None:
         from gpuconsole.screens.run import RunScreen
 
-        report = self.finished
-        if report is None or report.recommended is None:
+        spec = launch_spec(self.request, self.finished) if self.finished else None
+        if spec is None:
             self.notify("no recommendation to apply yet", severity="warning")
             return
-        flags = report.recommended.fixes.arguments(report.batch_size or 1)
-        spec = LaunchSpec(self.request.recipe, "baseline", extra=(*flags, *self.request.extra))
         self.app.push_screen(RunScreen(self.target, spec))

@@ -9,7 +9,7 @@ from functools import partial
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, RichLog, Static
+from textual.widgets import RichLog, Static
 
 from gpuconsole.actions.repair.model import Plan
 from gpuconsole.actions.repair.output import report_text
@@ -53,7 +53,7 @@ class RepairScreen(ActionScreen):
         with VerticalScroll(id="repair-plan-box"):
             yield Static(id="repair-plan", markup=False)
         yield RichLog(id="repair-output", max_lines=OUTPUT_LINES, markup=False, wrap=True)
-        yield Footer()
+        yield self.key_bar()
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -8,7 +8,7 @@ import asyncio
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, RichLog, Static
+from textual.widgets import RichLog, Static
 
 from gpuconsole.actions.launch.commands import LaunchError, LaunchSpec
 from gpuconsole.actions.launch.output import result_text
@@ -56,7 +56,7 @@ class RunScreen(ActionScreen):
         yield Static(id="run-numbers", markup=False)
         yield Static(id="run-result", markup=False)
         yield RichLog(id="run-log", max_lines=LOG_LINES, markup=False, wrap=True)
-        yield Footer()
+        yield self.key_bar()
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from gpuconsole.actions.service import (
     DRAIN,
@@ -107,7 +107,7 @@ class ServiceScreen(ActionScreen):
         yield Static(id="service-status", markup=False)
         yield Static(id="service-plan", markup=False)
         yield Static(id="service-answer", markup=False)
-        yield Footer()
+        yield self.key_bar()
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpuconsole.model import (
     LINK_LEGEND,
@@ -165,7 +165,7 @@ class TopologyScreen(ConsoleScreen):
         yield self.title_bar()
         with VerticalScroll(id="topology-body"):
             yield Static(id="topology", markup=False)
-        yield Footer()
+        yield self.key_bar()
 
     def refresh_view(self, changed: set[str] | None) -> None:
         super().refresh_view(changed)

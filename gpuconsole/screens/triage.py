@@ -1,6 +1,7 @@
 """The triage view (`T`): one row per problem of the fleet (a finding with the alerts raised on
 it, or a firing alert on no finding; see `gpuconsole.triage_view`), worst first, then newest;
-below the list, the highlighted row in full with what to do next. Enter opens its host and GPU.
+below the list, the highlighted row in full with what to do next. Enter opens its GPU (or its
+host, for a problem of the whole host).
 """
 
 from __future__ import annotations
@@ -13,24 +14,36 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from gpuconsole.alerts.engine import FIRING
 from gpuconsole.record.episodes import ALERT
 from gpuconsole.record.when import clock
-from gpuconsole.screens.base import ConsoleScreen
+from gpuconsole.screens.base import ConsoleScreen, Copyable
 from gpuconsole.triage_view import Since, TriageItem, triage_items
 from gpuconsole.widgets import cells
-from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable
+from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
 
-_FIXED = (
-    ColumnSpec("severity", "Sev", 4),
-    ColumnSpec("since", "Since", 8),
-    ColumnSpec("where", "Where", 16),
-)
-_MIN_TEXT = 16
 _WIDE = 120
 """From this width the Alert column says since when, as well as pending or firing."""
+
+
+def triage_columns(width: int) -> tuple[ColumnSpec, ...]:
+    """By priority: the problem keeps at least 24 cells; where that leaves too little for what
+    to do next, the line under the list says it in full (and the alert column says only
+    pending or firing below `_WIDE`)."""
+    alert = ColumnSpec("alert", "Alert", 16 if width >= _WIDE else 7)
+    return fit_columns(
+        (
+            ColumnSpec("severity", "Sev", 4),
+            ColumnSpec("since", "Since", 8),
+            ColumnSpec("where", "Where", 14, grow=1, most=16),
+            alert,
+            ColumnSpec("what", "Problem", 24, grow=4),
+            ColumnSpec("next", "What to do next", 20, drop=1, grow=6),
+        ),
+        width,
+    )
 
 
 class TriageScreen(ConsoleScreen):
@@ -42,7 +55,7 @@ class TriageScreen(ConsoleScreen):
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="triage.back"),
-        Binding("enter", "open", "Open host", id="triage.open", tooltip="its host, at its GPU"),
+        Binding("enter", "open", "Open", id="triage.open", tooltip="its GPU, or its host"),
     ]
     # Screen CSS, not DEFAULT_CSS: it must win over app.tcss's rule for every KeyedTable.
     CSS = """
@@ -73,7 +86,7 @@ class TriageScreen(ConsoleScreen):
         yield Static(id="triage-status", markup=False)
         yield KeyedTable(id="triage")
         yield Static(id="triage-detail", markup=False)
-        yield Footer()
+        yield self.key_bar()
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -91,37 +104,28 @@ class TriageScreen(ConsoleScreen):
         self.items = triage_items(self.store, self._alerts(), self._since, self._rules)
         width = self.size.width or _WIDE
         self._alert_times = width >= _WIDE
-        alert = ColumnSpec("alert", "Alert", 16 if self._alert_times else 7)
-        fixed = (*_FIXED, alert)
-        rest = max(2 * _MIN_TEXT, width - sum((c.width or 0) + 2 for c in fixed) - 6)
-        what = max(_MIN_TEXT, rest * 2 // 5)
-        self._widths = (what, rest - what)
-        self.table.set_columns(
-            (
-                *fixed,
-                ColumnSpec("what", "Problem", what),
-                ColumnSpec("next", "What to do next", rest - what),
-            )
-        )
+        columns = triage_columns(width)
+        self._widths = {spec.key: spec.width or 0 for spec in columns}
+        self.table.set_columns(columns)
         self.table.sync([(item.key, self._cells(item)) for item in self.items])
         self._show_status()
         self._show_detail()
 
     def _cells(self, item: TriageItem) -> Cells:
-        what = Text(item.what, no_wrap=True, overflow="ellipsis")
+        """The problem's cells for the columns shown; its texts cut where a word ends."""
+        widths = self._widths
+        what = Text(item.what)
         if item.kind == ALERT:
             what = Text.assemble(("alert ", "italic"), item.what)
-        what.truncate(self._widths[0], overflow="ellipsis")
-        step = Text(item.next_step, style="dim")
-        step.truncate(self._widths[1], overflow="ellipsis")
-        return (
-            cells.severity_badge(item.severity, self.palette),
-            Text("N/A", style="dim") if item.since is None else Text(clock(item.since)),
-            Text(item.where, style="bold"),
-            self._alert_cell(item),
-            what,
-            step,
-        )
+        shown = {
+            "severity": cells.severity_badge(item.severity, self.palette),
+            "since": Text("N/A", style="dim") if item.since is None else Text(clock(item.since)),
+            "where": Text(cells.fit(item.where, widths["where"]), style="bold"),
+            "alert": self._alert_cell(item),
+            "what": cells.fit_text(what, widths["what"]),
+            "next": cells.fit_text(Text(item.next_step, style="dim"), widths.get("next", 0)),
+        }
+        return tuple(shown[key] for key in widths)
 
     def _alert_cell(self, item: TriageItem) -> Text:
         shown = item.alert_state
@@ -136,8 +140,21 @@ class TriageScreen(ConsoleScreen):
         firing = sum(1 for i in self.items for a in i.alerts if a.state == FIRING)
         line = Text(f"{rows} problem{'s' if rows != 1 else ''}")
         line.append(f", {firing} firing alert{'s' if firing != 1 else ''} on them")
-        line.append(" · worst first, then newest · Enter opens the host", style="dim")
-        self.query_one("#triage-status", Static).update(line)
+        line.append(" · worst first, then newest · Enter opens its GPU or host", style="dim")
+        width = (self.size.width or _WIDE) - 2
+        self.query_one("#triage-status", Static).update(cells.fit_text(line, width))
+
+    def copyables(self) -> list[Copyable]:
+        """The problem as a line for a ticket, what to do next, and its host."""
+        item = self.selected()
+        if item is None:
+            return []
+        badge = cells.SEVERITY_BADGES[item.severity]
+        return [
+            Copyable("problem", f"{badge} {item.where} {item.code}: {item.what}"),
+            Copyable("what to do next", item.next_step),
+            Copyable("host name", item.host),
+        ]
 
     def selected(self) -> TriageItem | None:
         key = self.table.cursor_key
@@ -180,5 +197,9 @@ class TriageScreen(ConsoleScreen):
         from gpuconsole.screens.host import HostScreen
 
         item = self.selected()
-        if item is not None and item.host in self.store.hosts:
-            self.app.push_screen(HostScreen(item.host, item.gpu))
+        if item is None or item.host not in self.store.hosts:
+            return
+        if item.gpu is not None:
+            self.console.open_gpu(item.host, item.gpu)
+        else:
+            self.app.push_screen(HostScreen(item.host))

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from gpuconsole.actions.verify.checks import CHECKS
 from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Status
@@ -76,7 +76,7 @@ class VerifyScreen(ActionScreen):
         yield KeyedTable(id="verify-matrix")
         with VerticalScroll(id="verify-detail-box"):
             yield Static(id="verify-detail", markup=False)
-        yield Footer()
+        yield self.key_bar()
 
     def on_mount(self) -> None:
         columns = [ColumnSpec("check", "Check", 22)]

@@ -42,6 +42,17 @@ SHORT_REASONS = {
 }
 
 
+NO_COLOUR_BANDS: Mapping[str, str] = {
+    "temp-hot": "bold",
+    "util-low": "dim",
+    "severity-warning": "bold",
+    "severity-critical": "bold reverse",
+    "link-nvlink": "bold",
+}
+"""The bands under NO_COLOR: what colour would say, said by emphasis (a band not named here is
+plain text). A critical value is reversed, a warning or a hot GPU bold, an idle one dim."""
+
+
 @dataclass(frozen=True, slots=True)
 class Palette:
     """The theme's band colours, read once per theme change."""
@@ -176,6 +187,16 @@ def fit(value: str, width: int) -> str:
     return head + ELLIPSIS
 
 
+def fit_text(value: Text, width: int) -> Text:
+    """A styled ``value`` in at most ``width`` cells, cut as `fit` cuts its plain text."""
+    plain = value.plain
+    shown = fit(plain, width)
+    if shown == plain:
+        return value
+    kept = len(shown) - len(ELLIPSIS) if shown.endswith(ELLIPSIS) else len(shown)
+    return Text.assemble(value[:kept], ELLIPSIS)
+
+
 def _without_dangling(kept: str) -> str:
     """``kept`` less trailing blanks and a last word of punctuation alone (an option's ``--``
     whose name was cut off)."""
@@ -207,6 +228,21 @@ def age(seconds: float | None) -> Text:
     if hours:
         return Text(f"{hours}h{minutes:02d}m")
     return Text(f"{minutes}:{secs:02d}")
+
+
+def duration(seconds: float) -> str:
+    """How long ago, or for how long: ``45s``, ``12m 03s``, ``3h 05m``, ``2d 04h``."""
+    seconds = max(0, int(seconds))
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours:02d}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
 
 
 def pcie(link: PcieLink | None, palette: Palette, compact: bool = False) -> Text:
@@ -245,7 +281,14 @@ _REASON_PRIORITY = (
 )
 
 
-def throttle(reasons: tuple[str, ...] | None, palette: Palette, compact: bool = False) -> Text:
+def throttle(
+    reasons: tuple[str, ...] | None,
+    palette: Palette,
+    compact: bool = False,
+    width: int | None = None,
+) -> Text:
+    """The active clock-event reasons, most telling first; ``compact``: the first and a count of
+    the others; with ``width``: in full where they fit in it, else compact."""
     if reasons is None:
         return na()
     if not reasons:
@@ -256,9 +299,12 @@ def throttle(reasons: tuple[str, ...] | None, palette: Palette, compact: bool = 
     shown = [SHORT_REASONS.get(r, r) for r in ordered]
     thermal = any(r in ("hw-thermal", "sw-thermal") for r in reasons)
     style = palette["severity-critical"] if thermal else ""
+    full = ",".join(shown)
+    if width is not None:
+        compact = len(full) > width
     if compact and len(shown) > 1:
         return Text(f"{shown[0]}+{len(shown) - 1}", style=style)
-    return Text(",".join(shown), style=style)
+    return Text(full, style=style)
 
 
 def ecc(volatile_uncorrected: int | None, volatile_corrected: int | None, palette: Palette) -> Text:

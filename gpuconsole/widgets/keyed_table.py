@@ -2,15 +2,22 @@
 
 Clearing and re-adding every row each tick loses the cursor and costs layout per row; this table
 instead compares each new cell with the one shown and repaints only the cells that differ. Rows
-are rebuilt only when the set or the order of keys changes, and the cursor stays on its key.
+are rebuilt only when the set or the order of keys changes. The cursor stays on the first row
+until the user moves it (so a list that sorts itself once its readings arrive opens on its worst
+row), then on its key, whatever the order or the columns become.
+
+`fit_columns` is the one place that decides which columns a table shows in a given width, and
+how wide the ones that grow are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.text import Text
+from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
@@ -33,11 +40,75 @@ def _literal(cell: Text | str) -> Text:
 
 @dataclass(frozen=True, slots=True)
 class ColumnSpec:
-    """A column: its key, its header label and a fixed width (None: fit the content)."""
+    """A column: its key, its header label and its width (None: fit the content).
+
+    ``drop`` ranks the column for `fit_columns`: 0 is always shown, and where the width is short
+    the column with the highest rank goes first. A column that ``grow``s (its share of what the
+    other columns leave, against the other growing columns' shares) has ``width`` as its least,
+    and ``most`` as its most (None: no limit).
+    """
 
     key: str
     label: str
     width: int | None = None
+    drop: int = 0
+    grow: int = 0
+    most: int | None = None
+
+
+CELL_PADDING = 2
+"""DataTable pads each cell by one on either side."""
+SCROLLBAR = 2
+"""Kept free for a table's vertical scroll bar, so that no cell is clipped when one shows."""
+
+
+def fit_columns(
+    columns: Sequence[ColumnSpec], width: int, reserve: int = SCROLLBAR
+) -> tuple[ColumnSpec, ...]:
+    """The columns to show in ``width`` cells (less ``reserve``), in their order: the least
+    important dropped (highest ``drop`` first, the rightmost among equals) until the rest fit,
+    a dropped one taken back where it fits after all (the most important first), then what is
+    left shared among the growing ones."""
+    room = width - reserve
+    kept = list(columns)
+    dropped = []
+    while _needed(kept) > room:
+        droppable = [spec for spec in kept if spec.drop]
+        if not droppable:
+            break
+        rank = max(spec.drop for spec in droppable)
+        dropped.append([spec for spec in droppable if spec.drop == rank][-1])
+        kept.remove(dropped[-1])
+    for spec in reversed(dropped):
+        if _needed([*kept, spec]) <= room:
+            kept.append(spec)
+    kept.sort(key=list(columns).index)
+    return _grown(kept, room - _needed(kept))
+
+
+def _needed(columns: Sequence[ColumnSpec]) -> int:
+    return sum((spec.width or 0) + CELL_PADDING for spec in columns)
+
+
+def _grown(columns: list[ColumnSpec], spare: int) -> tuple[ColumnSpec, ...]:
+    """``spare`` cells shared among the growing columns by their ``grow``; a column that reaches
+    its ``most`` leaves the rest to the others."""
+    widths = {spec.key: spec.width or 0 for spec in columns}
+    growing = [spec for spec in columns if spec.grow]
+    while spare > 0 and growing:
+        total = sum(spec.grow for spec in growing)
+        given = 0
+        for spec in growing:
+            share = max(1, spare * spec.grow // total)
+            limit = spec.most - widths[spec.key] if spec.most is not None else share
+            step = max(0, min(share, limit, spare - given))
+            widths[spec.key] += step
+            given += step
+        spare -= given
+        growing = [s for s in growing if s.most is None or widths[s.key] < s.most]
+        if not given:
+            break
+    return tuple(replace(spec, width=widths[spec.key]) if spec.grow else spec for spec in columns)
 
 
 class KeyedTable(DataTable[Text | str]):
@@ -46,22 +117,47 @@ class KeyedTable(DataTable[Text | str]):
     DEFAULT_CSS = """
     KeyedTable { height: auto; max-height: 100%; }
     """
+    BINDINGS = [
+        Binding("home", "scroll_top", "First row", show=False),
+        Binding("end", "scroll_bottom", "Last row", show=False),
+    ]
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False)
         self._columns_shown: tuple[ColumnSpec, ...] = ()
         self._shown: dict[str, Cells] = {}
+        self.chosen = False
+        """Whether the cursor was put on a row (by a key, a click or a screen); until then it
+        stays on the first row, whatever the rows' order becomes."""
+        self._placing = False
+        self._kept_key: str | None = None
+        """The cursor's key while new columns wait for their rows."""
+
+    def watch_cursor_coordinate(self, old: Coordinate, new: Coordinate) -> None:
+        super().watch_cursor_coordinate(old, new)
+        if old != new and not self._placing:
+            self.chosen = True
 
     def set_columns(self, columns: Sequence[ColumnSpec]) -> None:
-        """Replace the columns (and so every row) when they differ from those shown."""
+        """Replace the columns (and so every row) when they differ from those shown; the cursor
+        returns to its key with the next `sync`."""
         columns = tuple(columns)
         if columns == self._columns_shown:
             return
-        self.clear(columns=True)
-        self._shown = {}
-        for spec in columns:
-            self.add_column(spec.label, key=spec.key, width=spec.width)
+        self._kept_key = self.cursor_key or self._kept_key
+        self._placing = True
+        try:
+            self.clear(columns=True)
+            self._shown = {}
+            for spec in columns:
+                self.add_column(spec.label, key=spec.key, width=spec.width)
+        finally:
+            self._placing = False
         self._columns_shown = columns
+
+    @property
+    def columns_shown(self) -> tuple[ColumnSpec, ...]:
+        return self._columns_shown
 
     @property
     def cursor_key(self) -> str | None:
@@ -130,11 +226,18 @@ class KeyedTable(DataTable[Text | str]):
                 cache.discard(key)
 
     def _rebuild(self, rows: Sequence[tuple[str, Cells]]) -> None:
-        keep = self.cursor_key
-        self.clear()
-        self._shown = {}
-        for key, cells in rows:
-            self.add_row(*map(_literal, cells), key=key)
-            self._shown[key] = cells
-        if keep in self._shown:
-            self.move_cursor(row=self.get_row_index(keep), animate=False, scroll=True)
+        keep = (self.cursor_key or self._kept_key) if self.chosen else None
+        self._kept_key = None
+        self._placing = True
+        try:
+            self.clear()
+            self._shown = {}
+            for key, cells in rows:
+                self.add_row(*map(_literal, cells), key=key)
+                self._shown[key] = cells
+            if keep in self._shown:
+                self.move_cursor(row=self.get_row_index(keep), animate=False, scroll=True)
+            elif not self.chosen and self._shown:
+                self.move_cursor(row=0, animate=False, scroll=True)
+        finally:
+            self._placing = False
