@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gpuconsole.actions.service import Change
     from gpuconsole.alerts.alertmanager import AlertmanagerSender
     from gpuconsole.record.recorder import Recorder
+    from gpuconsole.screens.gpu import RecordedPast
 
 
 class GpuConsoleApp(App[None]):
@@ -403,10 +404,26 @@ class GpuConsoleApp(App[None]):
         bundle_live(self, host)
 
     def open_gpu(self, host: str, gpu: int) -> None:
-        """Open the GPU screen of ``host``'s GPU ``gpu``: its plots from the store's history."""
+        """Open the GPU screen of ``host``'s GPU ``gpu``: its plots from the store's history
+        and, where the console records, the older part of the span from its recording."""
         from gpuconsole.screens.gpu import GpuScreen
 
-        self.push_screen(GpuScreen(host, gpu))
+        earlier = None if self._recorder is None else self._recorded_earlier
+        self.push_screen(GpuScreen(host, gpu, earlier=earlier))
+
+    def _recorded_earlier(self, host: str, seconds: float) -> RecordedPast:
+        """``host``'s last ``seconds`` in the console's own recording (a worker calls this)."""
+        from gpuconsole.record.reader import Recording
+        from gpuconsole.screens.gpu import RecordedPast
+
+        assert self._recorder is not None
+        end = self.fleet.alerts.now or self.now()
+        recording = Recording(self._recorder.path)
+        try:
+            readings = recording.snapshots(host, end - seconds, end)
+            return RecordedPast(end, readings, recording.episodes(end - seconds, end, host))
+        finally:
+            recording.close()
 
     def action_triage(self) -> None:
         from gpuconsole.screens.triage import TriageScreen

@@ -24,6 +24,7 @@ from gpuconsole.record.when import clock
 from gpuconsole.replay_app import ReplayApp
 from gpuconsole.screens.gpu import RANGES_S, GpuScreen
 from gpuconsole.screens.host import HostScreen
+from gpuconsole.store import HISTORY_READINGS
 from gpuconsole.telemetry.nvml import NvmlSource
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 from gpuconsole.untrusted import vetted
@@ -292,3 +293,46 @@ def test_gpu_an_hour_160x48(snap_compare, hour_app) -> None:
         await pilot.pause()
 
     assert snap_compare(hour_app(), terminal_size=(160, 48), run_before=an_hour)
+
+
+# --- live, with the console recording ------------------------------------------------------------
+
+
+async def test_live_the_span_the_store_no_longer_holds_comes_from_the_consoles_recording(
+    tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five minutes recorded, two held in memory: the plot's five minutes are whole, the older
+    three read from the recording the console writes; without a recording, two minutes."""
+    from gpuconsole import paths
+    from gpuconsole.record.recorder import Recorder
+
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
+    path = tmp_path / "console.sqlite"
+    record_incident(path, rack, seconds=300, fault_at=290)
+    end = START + 300
+
+    async def first_reading(recorder: Recorder | None) -> tuple[float, str]:
+        app = GpuConsoleApp(
+            SimSource(rack, ManualClock(end)),
+            auto_poll=False,
+            background_start=False,
+            recorder=recorder,
+        )
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.open_gpu("l40s-01", 0)
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            util = plot(app, "util").series
+            assert util is not None and util.end == end
+            return util.points[0][0], text_of(app, "#gpu-span")
+
+    first, span = await first_reading(None)
+    assert first >= end - HISTORY_READINGS and "recording" not in span
+    recorder = Recorder(path, label="console")
+    try:
+        first, span = await first_reading(recorder)
+    finally:
+        recorder.close()
+    assert first == end - 300 == START  # the span's start, which only the recording holds
+    assert "older readings from the recording" in span

@@ -4,7 +4,10 @@ counters and XIDs, its PCIe link, its processes and their owners, and its readin
 marked on them.
 
 Live, the plots show what the store holds (`FleetStore.history_length` readings, two minutes at
-the default refresh) and the line above them says how much that is. The episodes are the held
+the default refresh) and, where the console records, the span's older readings and ended
+episodes from its own recording, read on a worker when the screen opens and when the span
+changes (`earlier`); the line above the plots says where they come from, and how much they
+cover when that is less than the span. The episodes are the held
 readings run through an `OnsetTracker`, as a primed session runs its past, and an episode still
 open begins where the session's onsets say (the time triage shows). In replay the readings and
 the episodes come from the recording, up to the cursor, read on a worker by the callable the
@@ -62,8 +65,8 @@ class RecordedPast(NamedTuple):
 
 
 PastReader = Callable[[str, float], RecordedPast]
-"""(host, seconds) → the host's last ``seconds`` up to the replay's cursor; it reads a file, so
-the screen calls it on a worker."""
+"""(host, seconds) → the host's last ``seconds`` up to the replay's cursor (live: up to now); it
+reads a file, so the screen calls it on a worker."""
 
 
 class _Past(NamedTuple):
@@ -253,13 +256,23 @@ class GpuScreen(ConsoleScreen):
         Binding("right_square_bracket", "other_gpu(1)", "Next GPU", id="gpu.next"),
     ]
 
-    def __init__(self, host: str, gpu: int, recorded: PastReader | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        gpu: int,
+        recorded: PastReader | None = None,
+        earlier: PastReader | None = None,
+    ) -> None:
+        """``recorded``: replay's reader of the recording; ``earlier``: live, the console's own
+        recording, for what the store no longer holds."""
         super().__init__()
         self.host = host
         self.gpu = gpu
         self.span = float(RANGES_S[0])
         self._recorded = recorded
         self._past: RecordedPast | None = None
+        self._earlier_reader = earlier
+        self._earlier: RecordedPast | None = None
         self._held = HeldEpisodes(host, gpu)
 
     def where(self) -> str:
@@ -297,6 +310,7 @@ class GpuScreen(ConsoleScreen):
     def on_mount(self) -> None:
         super().on_mount()
         self.query_one("#gpu-body", VerticalScroll).focus()
+        self._read_earlier()
 
     def on_resize(self, event: Resize) -> None:
         wide = event.size.width >= WIDE_FROM[0] and event.size.height >= WIDE_FROM[1]
@@ -414,7 +428,14 @@ class GpuScreen(ConsoleScreen):
             e if e.until is not None else replace(e, since=onsets.since(e.ident) or e.since)
             for e in self._held.update(store)
         ]
-        return _Past(end, store.history(self.host), episodes)
+        history = store.history(self.host)
+        earlier = self._earlier
+        if earlier is None:
+            return _Past(end, history, episodes)
+        oldest = history[0].time if history else end
+        readings = [s for s in earlier.readings if s.time < oldest]
+        ended = [e for e in earlier.episodes if e.until is not None and e.until < oldest]
+        return _Past(end, [*readings, *history], [*ended, *episodes])
 
     def _recorded_past(self) -> _Past | None:
         """The recording's past as the cursor's moment saw it: an episode that ended after
@@ -438,6 +459,12 @@ class GpuScreen(ConsoleScreen):
             line.append(" · from the recording", style="dim")
             return line
         history = self.store.history(self.host)
+        if past.readings and (not history or past.readings[0].time < history[0].time):
+            line.append(" · older readings from the recording", style="dim")
+            held = past.end - past.readings[0].time
+            if held < self.span - 1:
+                line.append(f" · recorded: {_duration(held)}", style="dim")
+            return line
         held = past.end - history[0].time if history else 0.0
         if held < self.span - 1:
             kept = self.store.history_length
@@ -480,7 +507,30 @@ class GpuScreen(ConsoleScreen):
             description=f"read {host}'s last {int(span // 60)} min from the recording",
         )
 
+    def _read_earlier(self) -> None:
+        """Live: the span from the console's own recording, for what the store no longer
+        holds (nothing to read when the store holds the whole span)."""
+        reader, host, span = self._earlier_reader, self.host, self.span
+        history = self.store.history(host) if host in self.store.hosts else []
+        if reader is None or (history and history[-1].time - history[0].time >= span - 1):
+            return
+        self.run_worker(
+            lambda: reader(host, span),
+            thread=True,
+            exclusive=True,
+            group="gpu-earlier",
+            exit_on_error=False,
+            description=f"read {host}'s last {int(span // 60)} min from the recording",
+        )
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "gpu-earlier":
+            if event.state is WorkerState.SUCCESS and isinstance(event.worker.result, RecordedPast):
+                self._earlier = event.worker.result
+                self._show()
+            elif event.state is WorkerState.ERROR:
+                self.notify(f"reading the recording failed: {event.worker.error}", severity="error")
+            return
         if event.worker.group != "gpu-past":
             return
         if event.state is WorkerState.SUCCESS and isinstance(event.worker.result, RecordedPast):
@@ -639,6 +689,7 @@ class GpuScreen(ConsoleScreen):
         """The next span; in replay, the recording's past is read again for it, and what was
         read shows meanwhile."""
         self.span = float(RANGES_S[(RANGES_S.index(int(self.span)) + 1) % len(RANGES_S)])
+        self._read_earlier()
         self.refresh_view(None)
 
     def action_other_gpu(self, step: int) -> None:
