@@ -692,7 +692,9 @@ class ScreenDiff:
 
 def _own(token: re.Match[str]) -> bool:
     """Whether a token may reach the terminal: anything but a foreign OSC, a DCS, APC, PM or SOS
-    string, or an 8-bit control."""
+    string, an 8-bit control, or a lone ESC (it starts nothing here, but written out it would
+    start a sequence with whatever is written next: ESC, then a dropped sequence, then "]0;"
+    reached the terminal as a title's OSC)."""
     kind = token.lastgroup
     if kind == "osc":
         return token["body"].partition(";")[0] in _OWN_OSC
@@ -700,7 +702,7 @@ def _own(token: re.Match[str]) -> bool:
         return False
     if kind == "esc":  # an introducer whose sequence broke off (CSI, OSC, DCS, APC, PM, SOS)
         return token.group()[-1] not in "[]P_^X"
-    return not (kind == "control" and token.group() >= "\x80")
+    return not (kind == "control" and (token.group() >= "\x80" or token.group() == "\x1b"))
 
 
 def _cup(row: int, col: int) -> str:
