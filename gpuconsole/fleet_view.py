@@ -70,7 +70,7 @@ def fleet_order(store: FleetStore, by: str, text: str = "") -> list[str]:
     return sort_hosts(store, [h for h in store.hosts if host_matches(store, h, text)], by)
 
 
-_WORDS_OF_STATE = {
+STATE_WORDS = {
     HostState.CONNECTING: "conn",
     HostState.AUTH_FAILED: "auth",
     HostState.HOST_KEY_MISMATCH: "hkey",
@@ -78,7 +78,8 @@ _WORDS_OF_STATE = {
     HostState.HOST_KEY_REVOKED: "rvkd",
     HostState.NO_DRIVER: "nodrv",
 }
-"""The short words the fleet's State column shows, which the filter knows as well."""
+"""The short words the fleet's State column shows for these states, which the filter knows
+as well."""
 _WORDS_OF_SEVERITY = {
     Severity.CRITICAL: "crit critical",
     Severity.WARNING: "warn warning",
@@ -97,7 +98,7 @@ def host_matches(store: FleetStore, host: str, text: str) -> bool:
     if not terms:
         return True
     state = store.status(host).state
-    haystack = [host, state.value, _WORDS_OF_STATE.get(state, "")]
+    haystack = [host, state.value, STATE_WORDS.get(state, "")]
     snapshot = store.latest(host)
     if snapshot is not None:
         haystack.extend(g.name or "" for g in snapshot.gpus)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from promserver import free_port
+from promserver import free_port, start_until_ready
 
 ALERTMANAGER = (
     shutil.which("prometheus-alertmanager")
@@ -59,32 +59,23 @@ class Alertmanager:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> Alertmanager:
-        with self.log.open("ab") as log:
-            self._process = subprocess.Popen(
-                [
-                    ALERTMANAGER,
-                    f"--config.file={self.config}",
-                    f"--storage.path={self.directory / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--cluster.listen-address=",
-                    "--log.level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"alertmanager exited: {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"alertmanager not ready within {timeout:.0f} s")
+        self._process = start_until_ready(
+            "alertmanager",
+            [
+                ALERTMANAGER,
+                f"--config.file={self.config}",
+                f"--storage.path={self.directory / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--cluster.listen-address=",
+                "--log.level=warn",
+            ],
+            self.log,
+            self.url,
+            timeout,
+            poll=0.1,
+            append=True,
+        )
+        return self
 
     def kill(self) -> None:
         process = self._process

@@ -83,32 +83,22 @@ class Prometheus:
         self.log = directory / "prometheus.log"
 
     def start(self, timeout: float = 60.0) -> Prometheus:
-        with self.log.open("wb") as log:
-            self._process = subprocess.Popen(
-                [
-                    PROMETHEUS,
-                    f"--config.file={self.config}",
-                    f"--storage.tsdb.path={self.directory / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--storage.tsdb.retention.time=1h",
-                    "--log.level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"prometheus not ready within {timeout:.0f} s")
+        self._process = start_until_ready(
+            "prometheus",
+            [
+                PROMETHEUS,
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.directory / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+                "--log.level=warn",
+            ],
+            self.log,
+            self.url,
+            timeout,
+            poll=0.2,
+        )
+        return self
 
     @property
     def pid(self) -> int | None:
@@ -136,3 +126,34 @@ class Prometheus:
             process.kill()
             process.wait(timeout=30)
         self._process = None
+
+
+def start_until_ready(
+    name: str,
+    argv: list[str],
+    log: Path,
+    url: str,
+    timeout: float,
+    poll: float,
+    *,
+    append: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with its output in ``log`` and wait until ``url``/-/ready answers 200
+    (Prometheus and Alertmanager both serve it). RuntimeError with the log's tail when it exits
+    first; when it is not ready within ``timeout`` it is killed and RuntimeError says so."""
+    with log.open("ab" if append else "wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+                if response.status == 200:
+                    return process
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(poll)
+    process.kill()
+    process.wait(timeout=30)
+    raise RuntimeError(f"{name} not ready within {timeout:.0f} s")

@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.events import Resize
 from textual.widgets import DataTable, Input
 
-from gpuconsole.fleet_view import SORT_KEYS, fleet_order, owners
+from gpuconsole.fleet_view import SORT_KEYS, STATE_WORDS, fleet_order, owners
 from gpuconsole.model import (
     Finding,
     GpuProcess,
@@ -76,14 +76,6 @@ _STATE_STYLE = {
     HostState.HOST_KEY_UNKNOWN: "severity-critical",
     HostState.HOST_KEY_REVOKED: "severity-critical",
     HostState.NO_DRIVER: "severity-critical",
-}
-_STATE_SHORT = {
-    HostState.CONNECTING: "conn",
-    HostState.AUTH_FAILED: "auth",
-    HostState.HOST_KEY_MISMATCH: "hkey",
-    HostState.HOST_KEY_UNKNOWN: "nokey",
-    HostState.HOST_KEY_REVOKED: "rvkd",
-    HostState.NO_DRIVER: "nodrv",
 }
 
 
@@ -259,7 +251,7 @@ class FleetScreen(ConsoleScreen):
         node = snapshot.node if snapshot is not None else None
         if state is HostState.LIVE and node is not None and node.out_of_service:
             return Text(_DRAIN, style=f"bold {self.palette['severity-warning']}")
-        word = _STATE_SHORT.get(state, state.value)
+        word = STATE_WORDS.get(state, state.value)
         return Text(word, style=self.palette[_STATE_STYLE[state]])
 
     def _jobs(self, processes: tuple[GpuProcess, ...]) -> tuple[Text, ...]:
