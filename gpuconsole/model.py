@@ -294,12 +294,25 @@ class GpuState:
     memory_total_mib: float | None = None
     temperature_c: float | None = None
     slowdown_temperature_c: float | None = None
+    shutdown_temperature_c: float | None = None
+    """Where the GPU shuts itself down to save the hardware, °C."""
     power_w: float | None = None
     power_limit_w: float | None = None
+    power_limit_min_w: float | None = None
+    """The lowest power limit an admin may set, W."""
+    power_limit_max_w: float | None = None
+    """The highest power limit an admin may set, W."""
+    power_limit_default_w: float | None = None
+    """The power limit the board comes with, W."""
     sm_clock_mhz: float | None = None
     sm_clock_max_mhz: float | None = None
+    sm_clock_application_mhz: float | None = None
+    """The SM clock the GPU runs work at, its boost aside (nvidia-smi's "Applications Clocks",
+    Graphics): the default unless an admin set it with ``nvidia-smi -ac``, MHz."""
     memory_clock_mhz: float | None = None
     memory_clock_max_mhz: float | None = None
+    memory_clock_application_mhz: float | None = None
+    """The memory clock of the application clocks, MHz."""
     pstate: str | None = None
     fan_pct: float | None = None
     throttle_reasons: tuple[str, ...] | None = None
@@ -309,6 +322,11 @@ class GpuState:
     """A page retirement (pre-Ampere ECC pages) waits for a GPU reset or reboot to take effect."""
     recovery_action: str | None = None
     pcie: PcieLink | None = None
+    pcie_tx_kib_s: float | None = None
+    """What the GPU sends over its PCIe link, KiB/s, sampled over 20 ms (NVML and nvidia-smi
+    say "KB/s"; NVML's documentation does not say which kilo, and this takes it as 1024)."""
+    pcie_rx_kib_s: float | None = None
+    """What the GPU receives over its PCIe link, KiB/s, sampled as ``pcie_tx_kib_s`` is."""
     persistence_mode: bool | None = None
     compute_mode: str | None = None
     mig_mode: bool | None = None

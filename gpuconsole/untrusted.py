@@ -59,6 +59,7 @@ _PCT = (0.0, 100.0)
 _CLOCK_MHZ = (0.0, 20_000.0)
 _POWER_W = (0.0, 10_000.0)
 _TEMPERATURE_C = (-50.0, 200.0)
+_PCIE_KIB_S = (0.0, float(1 << 30))  # 1 TiB/s: PCIe 8.0 ×32 (the most `_PCIE_NUMBERS` allows)
 _COUNT = (0, 1 << 48)  # ECC counters are 64-bit; a real one never nears 2**48
 _INDEX = (0, MAX_GPUS - 1)
 
@@ -88,12 +89,20 @@ _GPU_NUMBERS = _Ranges(
         "memory_total_mib": (_MEMORY_MIB, False),
         "temperature_c": (_TEMPERATURE_C, False),
         "slowdown_temperature_c": (_TEMPERATURE_C, False),
+        "shutdown_temperature_c": (_TEMPERATURE_C, False),
         "power_w": (_POWER_W, False),
         "power_limit_w": (_POWER_W, False),
+        "power_limit_min_w": (_POWER_W, False),
+        "power_limit_max_w": (_POWER_W, False),
+        "power_limit_default_w": (_POWER_W, False),
         "sm_clock_mhz": (_CLOCK_MHZ, False),
         "sm_clock_max_mhz": (_CLOCK_MHZ, False),
+        "sm_clock_application_mhz": (_CLOCK_MHZ, False),
         "memory_clock_mhz": (_CLOCK_MHZ, False),
         "memory_clock_max_mhz": (_CLOCK_MHZ, False),
+        "memory_clock_application_mhz": (_CLOCK_MHZ, False),
+        "pcie_tx_kib_s": (_PCIE_KIB_S, False),
+        "pcie_rx_kib_s": (_PCIE_KIB_S, False),
         "fan_pct": ((0.0, 200.0), False),
     }
 )

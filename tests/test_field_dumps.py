@@ -102,6 +102,7 @@ def test_driver_610_power_limit_and_version(tmp_path: Path) -> None:
     snapshot = parse_dump(text, host="h", time=0.0)
     assert snapshot.driver_version == "610.10"
     assert snapshot.gpus[0].power_limit_w == 700.0
+    assert snapshot.gpus[0].power_limit_default_w == 700.0  # nested as well
     dump = tmp_path / "610.txt"
     dump.write_text(text)
     result = triage(dump)
@@ -184,6 +185,23 @@ def test_dtd_v10_and_v11_ecc_counts() -> None:
     (p100,) = parse_dump(P100_XML.read_text(), host="h", time=0.0).gpus
     assert p100.ecc is not None and p100.ecc.aggregate_corrected == 3
     assert (p100.power_limit_w, p100.retired_pages_pending) == (250.0, False)
+
+
+def test_limits_in_older_layouts() -> None:
+    """Drivers 430 and 510 (DTD v10, v11) keep the power limits under power_readings and give
+    the shutdown temperature itself (gpu_temp_max_threshold), not a margin to T.Limit; a card
+    that has no application clocks says N/A."""
+    (a100,) = parse_dump(MIG_A100_XML.read_text(), host="h", time=0.0).gpus
+    power = (a100.power_limit_min_w, a100.power_limit_max_w, a100.power_limit_default_w)
+    assert power == (100.0, 400.0, 400.0)
+    assert (a100.sm_clock_application_mhz, a100.memory_clock_application_mhz) == (1095.0, 1215.0)
+    assert (a100.slowdown_temperature_c, a100.shutdown_temperature_c) == (89.0, 92.0)
+    assert (a100.pcie_tx_kib_s, a100.pcie_rx_kib_s) == (0.0, 0.0)
+    k80 = parse_dump(K80_XML.read_text(), host="h", time=0.0).gpus[0]
+    assert (k80.power_limit_default_w, k80.power_limit_max_w) == (149.0, 175.0)  # may go higher
+    assert (k80.shutdown_temperature_c, k80.pcie_tx_kib_s) == (110.0, None)  # N/A
+    (rtx,) = parse_dump(WDDM_XML.read_text(), host="win", time=0.0).gpus
+    assert (rtx.sm_clock_application_mhz, rtx.memory_clock_application_mhz) == (None, None)
 
 
 def test_windows_xml_dump() -> None:

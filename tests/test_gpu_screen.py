@@ -5,6 +5,8 @@ begin and end them, replay plots the recording up to the cursor; snapshots at 80
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from gpuconsole.model import GpuState, HostSnapshot
 from gpuconsole.record.reader import Recording
 from gpuconsole.record.when import clock
 from gpuconsole.replay_app import ReplayApp
-from gpuconsole.screens.gpu import RANGES_S, GpuScreen
+from gpuconsole.screens.gpu import RANGES_S, GpuScreen, _traffic
 from gpuconsole.screens.host import HostScreen
 from gpuconsole.store import HISTORY_READINGS
 from gpuconsole.telemetry.nvml import NvmlSource
@@ -207,13 +209,84 @@ async def test_the_details_name_the_board_its_vbios_and_its_counters(make_app) -
             ("UUID", gpu.uuid),
             ("Serial", gpu.serial),
             ("VBIOS", "92.00.45.00.06"),
-            ("Slowdown temp", "89 °C"),
-            ("Power limit", "300 W"),
             ("Row remaps", "0 correctable · 0 uncorrectable"),
             ("XIDs", "none reported"),
         ):
             assert f"{label:<15}{value}" in details.splitlines(), label
         assert "pod " in text_of(app, "#gpu-processes")  # whose work it is
+
+
+# --- limits and PCIe traffic ----------------------------------------------------------------------
+
+
+async def test_the_details_show_the_limits_and_the_pcie_traffic(make_app) -> None:
+    """The A100 80GB PCIe of the demo: its power range, application clocks and shutdown
+    temperature beside the maximum and slowdown, and what crosses its PCIe link now."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_thermal(pilot)
+        gpu = app.fleet.store.latest("a100-01").gpu(2)
+        assert gpu.pcie_tx_kib_s is not None and gpu.pcie_rx_kib_s is not None
+        details = text_of(app, "#gpu-details").splitlines()
+        for label, value in (
+            ("Power limit", "enforced 300 · default 300 W"),
+            ("Power range", "150–300 W"),
+            ("SM clock", "max 1410 · application 1095 MHz"),
+            ("Mem clock", "max 1512 · application 1512 MHz"),
+            ("Temp limits", "slowdown 89 · shutdown 92 °C"),
+        ):
+            assert f"{label:<15}{value}" in details, label
+        (traffic,) = [line for line in details if line.startswith("PCIe traffic")]
+        assert re.fullmatch(
+            r"PCIe traffic   TX \d+(\.\d)? [KMG]iB/s · RX \d+(\.\d)? [KMG]iB/s", traffic
+        )
+
+
+@pytest.mark.parametrize(
+    ("kib_s", "shown"),
+    [(None, "N/A"), (740.0, "740 KiB/s"), (15_974.0, "15.6 MiB/s"), (1_258_291.0, "1.2 GiB/s")],
+)
+def test_pcie_traffic_in_binary_units(kib_s: float | None, shown: str) -> None:
+    gpu = GpuState(0, pcie_tx_kib_s=kib_s, pcie_rx_kib_s=512.0 * 1024)
+    assert _traffic(gpu).plain == f"TX {shown} · RX 512 MiB/s"
+
+
+async def test_limits_not_known_read_na(make_app) -> None:
+    """A GPU that gives none of the new limits (an older driver, a consumer card) says so in
+    place, beside what it does give."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_thermal(pilot)
+        screen = gpu_screen(app)
+        gpu = GpuState(2, power_limit_w=300.0, sm_clock_max_mhz=1410.0)
+        rows = [line.plain for line in screen._limits(gpu)]
+        assert rows[:3] == [
+            "Power limit    enforced 300 · default N/A W",
+            "Power range    N/A–N/A W",
+            "SM clock       max 1410 · application N/A MHz",
+        ]
+        assert "PCIe traffic   TX N/A · RX N/A" in [line.plain for line in screen._readings(gpu)]
+
+
+def test_impossible_limits_and_traffic_become_none() -> None:
+    """Negative, NaN, infinite or past-any-hardware values from a host are refused and counted,
+    shown as N/A, never judged."""
+    bad = {
+        "power_limit_min_w": -200.0,
+        "power_limit_max_w": math.nan,
+        "power_limit_default_w": 1e308,
+        "sm_clock_application_mhz": math.inf,
+        "memory_clock_application_mhz": -1.0,
+        "shutdown_temperature_c": 10_000.0,
+        "pcie_tx_kib_s": -7712.0,
+        "pcie_rx_kib_s": float(1 << 40),
+    }
+    snapshot = vetted(HostSnapshot("evil", 1000.0, (GpuState(0, **bad),)))  # type: ignore[arg-type]
+    gpu = snapshot.gpus[0]
+    assert all(getattr(gpu, name) is None for name in bad)
+    assert snapshot.bad_values == len(bad)
+    fine = GpuState(0, power_limit_min_w=200.0, pcie_rx_kib_s=59_257_743.0)  # H200, H2D copy
+    assert vetted(HostSnapshot("h", 1000.0, (fine,))).gpus[0] == fine
 
 
 def test_nvml_reads_the_serial_and_the_vbios_once(monkeypatch: pytest.MonkeyPatch) -> None:

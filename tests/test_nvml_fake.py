@@ -71,11 +71,23 @@ def h200(index: int) -> dict[str, Any]:
             total=143771 * MIB, used=(80000 if version else 80500) * MIB
         ),
         "nvmlDeviceGetTemperatureV": 61,
-        "nvmlDeviceGetTemperatureThreshold": {pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 89},
+        # The H200's thresholds through NVML: slowdown 89 °C, shutdown 95 °C.
+        "nvmlDeviceGetTemperatureThreshold": {
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 89,
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 95,
+        },
         "nvmlDeviceGetPowerUsage": 612_340,
         "nvmlDeviceGetEnforcedPowerLimit": 700_000,
+        "nvmlDeviceGetPowerManagementLimitConstraints": [200_000, 700_000],
+        "nvmlDeviceGetPowerManagementDefaultLimit": 700_000,
         "nvmlDeviceGetClockInfo": {SM: 1980, MEM: 3201},
         "nvmlDeviceGetMaxClockInfo": {SM: 1980, MEM: 3201},
+        "nvmlDeviceGetApplicationsClock": {SM: 1980, MEM: 3201},
+        # KB/s over 20 ms, as the loaded H200's nvidia-smi -q gave them.
+        "nvmlDeviceGetPcieThroughput": {
+            pynvml.NVML_PCIE_UTIL_TX_BYTES: 7712,
+            pynvml.NVML_PCIE_UTIL_RX_BYTES: 15966,
+        },
         "nvmlDeviceGetPerformanceState": 0,
         "nvmlDeviceGetCurrentClocksEventReasons": pynvml.nvmlClocksEventReasonSwPowerCap,
         "nvmlDeviceGetEccMode": [1, 1],
@@ -126,7 +138,8 @@ def mig_device(gpu_instance: int, profile: str, total_mib: int, used_mib: int) -
 class FakeNvml:
     """pynvml's calls answered from per-GPU tables: ``gpus[i]`` maps function names to answers
     (a value, a dict keyed by the call's second argument, or a function of the call's
-    arguments). A GPU's ``fault`` makes every call on it fail: "lost" or "unknown"."""
+    arguments); a function or a dict's key not there is refused as not supported. A GPU's
+    ``fault`` makes every call on it fail: "lost" or "unknown"."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, count: int) -> None:
         self.gpus = [h200(i) for i in range(count)]
@@ -180,7 +193,11 @@ class FakeNvml:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
             if callable(value):
                 return value(handle, *args)
-            return value[args[0]] if isinstance(value, dict) else value
+            if isinstance(value, dict):
+                if args[0] not in value:
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+                return value[args[0]]
+            return value
 
         return answer
 
@@ -230,12 +247,18 @@ def test_a_reading_fills_every_field(nvml: FakeNvml, source: MakeSource) -> None
             memory_total_mib=143771.0,
             temperature_c=61.0,
             slowdown_temperature_c=89.0,
+            shutdown_temperature_c=95.0,
             power_w=612.34,
             power_limit_w=700.0,
+            power_limit_min_w=200.0,
+            power_limit_max_w=700.0,
+            power_limit_default_w=700.0,
             sm_clock_mhz=1980.0,
             sm_clock_max_mhz=1980.0,
+            sm_clock_application_mhz=1980.0,
             memory_clock_mhz=3201.0,
             memory_clock_max_mhz=3201.0,
+            memory_clock_application_mhz=3201.0,
             pstate="P0",
             fan_pct=None,
             throttle_reasons=("sw-power-cap",),
@@ -243,6 +266,8 @@ def test_a_reading_fills_every_field(nvml: FakeNvml, source: MakeSource) -> None
             remap=RowRemap(correctable=2, uncorrectable=0, pending=True, failure=False),
             recovery_action="gpu-reset",
             pcie=PcieLink(gen=5, width=16, max_gen=5, max_width=16),
+            pcie_tx_kib_s=7712.0,
+            pcie_rx_kib_s=15966.0,
             persistence_mode=True,
             compute_mode="Exclusive_Process",
             mig_mode=False,
@@ -324,9 +349,96 @@ def test_what_cannot_change_is_asked_once(nvml: FakeNvml, source: MakeSource) ->
     asked = nvml.asked
     assert asked["nvmlDeviceGetFanSpeed"] == 1  # not supported: not asked again
     assert asked["nvmlDeviceGetMaxClockInfo"] == 2  # SM and memory, once
+    assert asked["nvmlDeviceGetPowerManagementLimitConstraints"] == 1
+    assert asked["nvmlDeviceGetTemperatureThreshold"] == 2  # slowdown and shutdown, once
     assert asked["nvmlDeviceGetName"] == 1
     assert asked["nvmlDeviceGetEccMode"] == asked["nvmlDeviceGetMigMode"] == 1  # for 10 s
     assert asked["nvmlDeviceGetPowerUsage"] == 3
+
+
+def test_limits_are_read_once_and_the_traffic_every_reading(
+    nvml: FakeNvml, source: MakeSource
+) -> None:
+    tx, rx = pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES
+    readings = [{tx: 7712, rx: 15966}, {tx: 6862, rx: 15676}]
+    asked: Counter[int] = Counter()
+
+    def throughput(_: Any, direction: int) -> int:
+        """Each direction's next figure: the two are asked on threads of their own."""
+        asked[direction] += 1
+        return readings[asked[direction] - 1][direction]
+
+    nvml.gpus[0]["nvmlDeviceGetPcieThroughput"] = throughput
+    nvml_source = source()
+    first, again = (nvml_source.read(HOST).gpus[0] for _ in range(2))
+    assert (first.pcie_tx_kib_s, first.pcie_rx_kib_s) == (7712.0, 15966.0)
+    assert (again.pcie_tx_kib_s, again.pcie_rx_kib_s) == (6862.0, 15676.0)
+    assert again.power_limit_min_w == first.power_limit_min_w == 200.0
+    assert nvml.asked["nvmlDeviceGetPowerManagementLimitConstraints"] == 1
+    assert nvml.asked["nvmlDeviceGetPowerManagementDefaultLimit"] == 1
+    assert nvml.asked["nvmlDeviceGetApplicationsClock"] == 2  # SM and memory, for 10 s
+
+
+def test_limits_and_traffic_the_gpu_does_not_support_are_none(
+    nvml: FakeNvml, source: MakeSource
+) -> None:
+    table = nvml.gpus[0]
+    for name in (
+        "nvmlDeviceGetPowerManagementLimitConstraints",
+        "nvmlDeviceGetPowerManagementDefaultLimit",
+        "nvmlDeviceGetApplicationsClock",
+        "nvmlDeviceGetPcieThroughput",
+    ):
+        del table[name]
+    del table["nvmlDeviceGetTemperatureThreshold"][pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN]
+    nvml_source = source()
+    gpu = nvml_source.read(HOST).gpus[0]
+    nvml_source.read(HOST)
+    assert (gpu.slowdown_temperature_c, gpu.utilization_pct) == (89.0, 87.0)  # the rest is read
+    for name in (
+        "power_limit_min_w",
+        "power_limit_max_w",
+        "power_limit_default_w",
+        "sm_clock_application_mhz",
+        "memory_clock_application_mhz",
+        "shutdown_temperature_c",
+        "pcie_tx_kib_s",
+        "pcie_rx_kib_s",
+    ):
+        assert getattr(gpu, name) is None, name
+    assert nvml.asked["nvmlDeviceGetPcieThroughput"] == 2  # refused once: not asked again
+
+
+def test_a_gpu_lost_while_its_traffic_is_sampled_is_lost(
+    monkeypatch: pytest.MonkeyPatch, source: MakeSource
+) -> None:
+    """GPU_IS_LOST from the throughput, asked on the pool, marks the GPU lost as any call does."""
+    nvml = FakeNvml(monkeypatch, count=2)
+    nvml.gpus[1]["nvmlDeviceGetPcieThroughput"] = refuse(pynvml.NVML_ERROR_GPU_IS_LOST)
+    gpus = source().read(HOST).gpus
+    assert (gpus[0].lost, gpus[1].lost) == (False, True)
+    assert gpus[0].pcie_tx_kib_s == 7712.0
+
+
+def test_a_handle_got_only_on_the_second_try_gives_no_traffic_yet(
+    nvml: FakeNvml, source: MakeSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML refused the GPU's handle when its traffic was asked for, then gave it: the reading
+    has everything but the traffic, which the next reading has."""
+    give = pynvml.nvmlDeviceGetHandleByIndex
+    tries: Counter[int] = Counter()
+
+    def refused_once(index: int) -> Any:
+        tries[index] += 1
+        if tries[index] == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+        return give(index)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", refused_once)
+    nvml_source = source()
+    first = nvml_source.read(HOST).gpus[0]
+    assert (first.name, first.pcie_tx_kib_s) == ("NVIDIA H200", None)
+    assert nvml_source.read(HOST).gpus[0].pcie_tx_kib_s == 7712.0
 
 
 def test_a_change_of_mig_mode_asks_again_what_was_not_supported(

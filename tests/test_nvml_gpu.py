@@ -52,6 +52,27 @@ def test_a_reading_has_every_gpu_with_its_basics(source: NvmlSource) -> None:
         assert gpu.pstate and gpu.pstate.startswith("P")
 
 
+def test_a_datacenter_gpu_gives_its_limits_and_its_pcie_traffic(source: NvmlSource) -> None:
+    """A datacenter GPU (one with a serial number) gives its power range and default limit,
+    application clocks, shutdown temperature and PCIe traffic; the H200 gives 200–700 W,
+    default 700 W, 1980 and 3201 MHz, slowdown 89 °C and shutdown 95 °C."""
+    gpus = [gpu for gpu in source.read(source.hosts[0]).gpus if gpu.serial]
+    if not gpus:
+        pytest.skip("no datacenter GPU here (none gives a serial number)")
+    for gpu in gpus:
+        low, high = gpu.power_limit_min_w, gpu.power_limit_max_w
+        assert low is not None and high is not None and gpu.power_limit_default_w is not None
+        assert low <= gpu.power_limit_default_w <= high
+        assert gpu.power_limit_w is not None and low <= gpu.power_limit_w <= high
+        sm, memory = gpu.sm_clock_application_mhz, gpu.memory_clock_application_mhz
+        assert sm is not None and gpu.sm_clock_max_mhz is not None and sm <= gpu.sm_clock_max_mhz
+        assert memory is not None and gpu.memory_clock_max_mhz is not None
+        assert memory <= gpu.memory_clock_max_mhz
+        shutdown, slowdown = gpu.shutdown_temperature_c, gpu.slowdown_temperature_c
+        assert shutdown is not None and slowdown is not None and slowdown < shutdown
+        assert gpu.pcie_tx_kib_s is not None and gpu.pcie_rx_kib_s is not None
+
+
 def test_a_real_reading_has_no_bad_values(source: NvmlSource) -> None:
     for _ in range(5):
         snapshot = source.read(source.hosts[0])

@@ -78,9 +78,40 @@ def test_xml_loaded_h200() -> None:
 
 
 def test_xml_slowdown_temperature_from_tlimit_margins() -> None:
-    """The 580 driver gives margins to T.Limit: 70 C now, 13 C below T.Limit, slowdown at -2."""
+    """The 580 driver gives margins to T.Limit: 70 C now, 13 C below T.Limit, slowdown at -2,
+    shutdown at -8."""
     (gpu,) = parse_xml(fixture("h200-q-loaded.xml"), "h200", 0.0).gpus
     assert (gpu.temperature_c, gpu.slowdown_temperature_c) == (70.0, 85.0)
+    assert gpu.shutdown_temperature_c == 91.0
+
+
+def test_the_idle_h200s_margins_give_nvmls_thresholds() -> None:
+    """Idle (35 C, 52 C below T.Limit) the margins give what NVML's thresholds gave on the same
+    H200: slowdown 89 C, shutdown 95 C."""
+    (gpu,) = parse_xml(fixture("h200-q.xml"), "h200", 0.0).gpus
+    assert (gpu.slowdown_temperature_c, gpu.shutdown_temperature_c) == (89.0, 95.0)
+
+
+@pytest.mark.parametrize("name", ["h200-q-loaded.xml", "h200-q-loaded.txt"])
+def test_power_range_and_application_clocks_of_the_h200(name: str) -> None:
+    (gpu,) = parse_dump(fixture(name), "h200", 0.0).gpus
+    assert (gpu.power_limit_min_w, gpu.power_limit_max_w) == (200.0, 700.0)
+    assert (gpu.power_limit_default_w, gpu.power_limit_w) == (700.0, 700.0)
+    assert (gpu.sm_clock_application_mhz, gpu.memory_clock_application_mhz) == (1980.0, 3201.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "tx", "rx"),
+    [
+        ("h200-q.xml", 888.0, 492.0),
+        ("h200-q-loaded.xml", 6862.0, 15676.0),
+        ("h200-q-loaded.txt", 7712.0, 15966.0),
+    ],
+)
+def test_pcie_throughput_of_the_h200(name: str, tx: float, rx: float) -> None:
+    """nvidia-smi's "Tx/Rx Throughput" (XML tx_util, rx_util), KB/s as printed."""
+    (gpu,) = parse_dump(fixture(name), "h200", 0.0).gpus
+    assert (gpu.pcie_tx_kib_s, gpu.pcie_rx_kib_s) == (tx, rx)
 
 
 # An older driver's layout (R470-R525 era tag names), written from that documented layout: the
@@ -185,10 +216,11 @@ def test_q_text_matches_the_xml_of_the_same_moment() -> None:
     text = parse_q_text(fixture("h200-q-loaded.txt"), "h200", 0.0)
     xml = parse_xml(fixture("h200-q-loaded.xml"), "h200", 0.0)
     (t,), (x,) = text.gpus, xml.gpus
-    moved = {"power_w", "sm_clock_mhz"}
+    moved = {"power_w", "sm_clock_mhz", "pcie_tx_kib_s", "pcie_rx_kib_s"}
     steady = [f.name for f in dataclasses.fields(GpuState) if f.name not in moved]
     assert {f: getattr(t, f) for f in steady} == {f: getattr(x, f) for f in steady}
     assert (t.power_w, t.sm_clock_mhz) == (690.83, 1485.0)  # these moved between the two
+    assert (t.pcie_tx_kib_s, x.pcie_tx_kib_s) == (7712.0, 6862.0)  # 20 ms samples
     assert text.processes == (PYTHON3,)
     assert (text.driver_version, text.cuda_version) == ("580.159.04", "13.0")
 

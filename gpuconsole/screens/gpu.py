@@ -64,6 +64,11 @@ class RecordedPast(NamedTuple):
     episodes: Sequence[Episode]
 
 
+_REPLAYED = "gpu-past"
+"""The worker group reading replay's past."""
+_EARLIER = "gpu-earlier"
+"""The worker group reading, live, the console's recording."""
+
 PastReader = Callable[[str, float], RecordedPast]
 """(host, seconds) → the host's last ``seconds`` up to the replay's cursor (live: up to now); it
 reads a file, so the screen calls it on a worker."""
@@ -496,45 +501,39 @@ class GpuScreen(ConsoleScreen):
     # --- replay: the past from the recording, on a worker --------------------------------------
 
     def _read_recorded(self) -> None:
-        reader, host, span = self._recorded, self.host, self.span
-        assert reader is not None
-        self.run_worker(
-            lambda: reader(host, span),
-            thread=True,
-            exclusive=True,
-            group="gpu-past",
-            exit_on_error=False,
-            description=f"read {host}'s last {int(span // 60)} min from the recording",
-        )
+        assert self._recorded is not None
+        self._read_past(self._recorded, _REPLAYED)
 
     def _read_earlier(self) -> None:
         """Live: the span from the console's own recording, for what the store no longer
         holds (nothing to read when the store holds the whole span)."""
-        reader, host, span = self._earlier_reader, self.host, self.span
-        history = self.store.history(host) if host in self.store.hosts else []
-        if reader is None or (history and history[-1].time - history[0].time >= span - 1):
-            return
+        history = self.store.history(self.host) if self.host in self.store.hosts else []
+        covered = bool(history) and history[-1].time - history[0].time >= self.span - 1
+        if self._earlier_reader is not None and not covered:
+            self._read_past(self._earlier_reader, _EARLIER)
+
+    def _read_past(self, reader: PastReader, group: str) -> None:
+        """The span's past read by ``reader`` on a worker of ``group``; a newer read replaces
+        one still running."""
+        host, span = self.host, self.span
         self.run_worker(
             lambda: reader(host, span),
             thread=True,
             exclusive=True,
-            group="gpu-earlier",
+            group=group,
             exit_on_error=False,
             description=f"read {host}'s last {int(span // 60)} min from the recording",
         )
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group == "gpu-earlier":
-            if event.state is WorkerState.SUCCESS and isinstance(event.worker.result, RecordedPast):
-                self._earlier = event.worker.result
-                self._show()
-            elif event.state is WorkerState.ERROR:
-                self.notify(f"reading the recording failed: {event.worker.error}", severity="error")
-            return
-        if event.worker.group != "gpu-past":
+        group = event.worker.group
+        if group not in (_REPLAYED, _EARLIER):
             return
         if event.state is WorkerState.SUCCESS and isinstance(event.worker.result, RecordedPast):
-            self._past = event.worker.result
+            if group == _REPLAYED:
+                self._past = event.worker.result
+            else:
+                self._earlier = event.worker.result
             self._show()
         elif event.state is WorkerState.ERROR:
             self.notify(f"reading the recording failed: {event.worker.error}", severity="error")
@@ -564,6 +563,10 @@ class GpuScreen(ConsoleScreen):
         """Host text in the room beside the labels, cut where a word ends."""
         return cells.text(value, self.width - _LABEL)
 
+    def _fit(self, value: Text) -> Text:
+        """A row's value in the room beside the labels, cut where a word ends."""
+        return cells.fit_text(value, self.width - _LABEL)
+
     def _identity(self, snapshot: HostSnapshot, state: GpuState) -> list[Text]:
         mig = "N/A" if state.mig_mode is None else "on" if state.mig_mode else "off"
         rows = [
@@ -588,12 +591,49 @@ class GpuScreen(ConsoleScreen):
         return rows
 
     def _limits(self, state: GpuState) -> list[Text]:
-        return [
-            self._field("Power limit", cells.number(state.power_limit_w, " W")),
-            self._field("SM clock max", cells.number(state.sm_clock_max_mhz, " MHz")),
-            self._field("Mem clock max", cells.number(state.memory_clock_max_mhz, " MHz")),
-            self._field("Slowdown temp", cells.number(state.slowdown_temperature_c, " °C")),
-        ]
+        power_range = Text.assemble(
+            cells.number(state.power_limit_min_w), "–", cells.number(state.power_limit_max_w), " W"
+        )
+        rows = (
+            (
+                "Power limit",
+                _pair(
+                    "enforced", state.power_limit_w, "default", state.power_limit_default_w, " W"
+                ),
+            ),
+            ("Power range", power_range),
+            (
+                "SM clock",
+                _pair(
+                    "max",
+                    state.sm_clock_max_mhz,
+                    "application",
+                    state.sm_clock_application_mhz,
+                    " MHz",
+                ),
+            ),
+            (
+                "Mem clock",
+                _pair(
+                    "max",
+                    state.memory_clock_max_mhz,
+                    "application",
+                    state.memory_clock_application_mhz,
+                    " MHz",
+                ),
+            ),
+            (
+                "Temp limits",
+                _pair(
+                    "slowdown",
+                    state.slowdown_temperature_c,
+                    "shutdown",
+                    state.shutdown_temperature_c,
+                    " °C",
+                ),
+            ),
+        )
+        return [self._field(label, self._fit(value)) for label, value in rows]
 
     def _readings(self, state: GpuState) -> list[Text]:
         if state.lost:
@@ -618,6 +658,7 @@ class GpuScreen(ConsoleScreen):
             self._field("P-state", cells.text(state.pstate)),
             self._field("Throttle", cells.throttle(state.throttle_reasons, palette)),
             self._field("PCIe link", cells.pcie(state.pcie, palette)),
+            self._field("PCIe traffic", self._fit(_traffic(state))),
         ]
 
     def _errors(self, snapshot: HostSnapshot, state: GpuState) -> list[Text]:
@@ -701,6 +742,28 @@ class GpuScreen(ConsoleScreen):
         self.gpu = indices[(here + step) % len(indices)]
         self._held = HeldEpisodes(self.host, self.gpu)
         self.refresh_view(None)
+
+
+def _pair(first: str, a: float | None, second: str, b: float | None, unit: str) -> Text:
+    """Two readings of one unit: 'max 1980 · application 1755 MHz'; N/A for one not known."""
+    return Text.assemble(f"{first} ", cells.number(a), f" · {second} ", cells.number(b), unit)
+
+
+def _traffic(state: GpuState) -> Text:
+    """'TX 1.2 GiB/s · RX 740 KiB/s': what the GPU sends and receives over PCIe."""
+    return Text.assemble("TX ", _rate(state.pcie_tx_kib_s), " · RX ", _rate(state.pcie_rx_kib_s))
+
+
+def _rate(kib_s: float | None) -> Text:
+    """KiB/s in the largest binary unit below it: '740 KiB/s', '15.6 MiB/s', '1.2 GiB/s'."""
+    if kib_s is None:
+        return cells.na()
+    value, unit = kib_s, "KiB/s"
+    for larger in ("MiB/s", "GiB/s"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return Text(f"{value:.0f} {unit}" if value >= 100 or unit == "KiB/s" else f"{value:.1f} {unit}")
 
 
 def _padded(text: Text, width: int) -> Text:

@@ -77,9 +77,15 @@ class HostProfile:
     gpu_count: int
     memory_total_mib: int
     power_limit_w: float
+    """The board's default and highest power limit, and the one enforced."""
+    power_limit_min_w: float
     sm_clock_max_mhz: int
     memory_clock_max_mhz: int
+    sm_clock_application_mhz: int
+    memory_clock_application_mhz: int
+    """The default application clocks (nobody set others with ``nvidia-smi -ac``)."""
     slowdown_temperature_c: float
+    shutdown_temperature_c: float
     pcie_max_gen: int
     pcie_max_width: int
     topology: Topology
@@ -137,9 +143,17 @@ PROFILES: dict[str, HostProfile] = {
         gpu_count=8,
         memory_total_mib=81559,
         power_limit_w=700.0,
+        # The limits, application clocks and the 6 °C from slowdown to shutdown are those of
+        # the H200 the fixtures were captured on (its SXM board and GH100 are the H100's):
+        # tests/fixtures/nvidia-smi/h200-q.xml (Min Power Limit, Applications Clocks at the
+        # Max Clocks, the T.Limit margins -2 and -8 °C).
+        power_limit_min_w=200.0,
         sm_clock_max_mhz=1980,
         memory_clock_max_mhz=2619,
+        sm_clock_application_mhz=1980,
+        memory_clock_application_mhz=2619,
         slowdown_temperature_c=87.0,
+        shutdown_temperature_c=93.0,
         pcie_max_gen=5,
         pcie_max_width=16,
         topology=Topology(
@@ -163,9 +177,15 @@ PROFILES: dict[str, HostProfile] = {
         gpu_count=8,
         memory_total_mib=81920,
         power_limit_w=300.0,
+        power_limit_min_w=150.0,  # nominal: half the limit, as no dump of this card was found
         sm_clock_max_mhz=1410,
         memory_clock_max_mhz=1512,
+        # The A100-SXM4's (same GA100) in tests/fixtures/nvidia-smi/a100-sxm4-mig-510.xml:
+        # Graphics at 1095 MHz, Memory at its maximum; shutdown 92 °C beside slowdown 89 °C.
+        sm_clock_application_mhz=1095,
+        memory_clock_application_mhz=1512,
         slowdown_temperature_c=89.0,
+        shutdown_temperature_c=92.0,
         pcie_max_gen=4,
         pcie_max_width=16,
         topology=Topology(
@@ -190,9 +210,15 @@ PROFILES: dict[str, HostProfile] = {
         gpu_count=4,
         memory_total_mib=46068,
         power_limit_w=350.0,
+        power_limit_min_w=100.0,  # nominal, as no dump of this card was found
         sm_clock_max_mhz=2520,
         memory_clock_max_mhz=9001,
+        sm_clock_application_mhz=2520,  # nominal: the maximum clocks, as the H200's are
+        memory_clock_application_mhz=9001,
         slowdown_temperature_c=90.0,
+        # Ada's 10 °C from slowdown to shutdown: the T.Limit margins -2 and -12 °C of the RTX
+        # 4070 in tests/fixtures/nvidia-smi/rtx4070-laptop-wddm-q.txt.
+        shutdown_temperature_c=100.0,
         pcie_max_gen=4,
         pcie_max_width=16,
         topology=Topology(
@@ -417,6 +443,12 @@ _LEAK_MIB_PER_S = 768.0
 _LEAK_HEADROOM_MIB = 512.0
 _OOM_RESTART_S = 20  # the service manager restarts the killed process after this long
 _STUCK_FRACTION = 0.6
+_PCIE_IDLE_KIB_S = (888.0, 492.0)
+"""What an idle GPU's link carries, TX and RX: the idle H200's (tests/fixtures/nvidia-smi/
+h200-q.xml)."""
+_PCIE_BUSY_KIB_S = (300_000.0, 1_500_000.0)
+"""What a job adds at full utilization, TX and RX: nominal, a training job's input pipeline
+(about 1.5 GB/s into the GPU, a fifth of that out)."""
 _THROTTLE_START_BELOW_C = 2.0  # software thermal slowdown starts this far below the slowdown temp
 _THROTTLE_SPAN_C = 10.0  # ... and would reach the floor this many degrees above that start
 _THROTTLE_FLOOR = 0.3
@@ -488,6 +520,16 @@ class _Cache(NamedTuple):
     step: int
     temps: list[float | None]
     drives: list[_Drive | None]
+
+
+def _pcie_traffic(params: _GpuParams, step: int, util: float) -> tuple[float, float]:
+    """(TX, RX) KiB/s at ``step``: the idle trickle and what the work adds in proportion to
+    ``util``, each ±20 % from second to second (the step's noise hashed once more)."""
+    x = _mix64(_mix64((params.noise_key + step * _GOLDEN) & _MASK))
+    (idle_tx, idle_rx), (busy_tx, busy_rx) = _PCIE_IDLE_KIB_S, _PCIE_BUSY_KIB_S
+    tx = (idle_tx + busy_tx * util / 100.0) * (0.8 + 0.4 * (x >> 32) * _UNIT)
+    rx = (idle_rx + busy_rx * util / 100.0) * (0.8 + 0.4 * (x & 0xFFFFFFFF) * _UNIT)
+    return float(round(tx)), float(round(rx))
 
 
 def _thermal_factor(temp: float | None, slowdown: float) -> float:
@@ -788,6 +830,7 @@ class _HostSim:
         used = sum(p.used_memory_mib or 0.0 for p in procs) + (_CONTEXT_MIB if procs else 0)
         ecc_hit = step >= self._fault_from(g, "ecc-uncorrectable")
         degraded = step >= self._fault_from(g, "pcie-degraded")
+        tx, rx = _pcie_traffic(params, step, drive.util)
         return GpuState(
             **identity,
             utilization_pct=float(round(drive.util)),
@@ -796,12 +839,18 @@ class _HostSim:
             memory_total_mib=float(prof.memory_total_mib),
             temperature_c=float(round(temp)),
             slowdown_temperature_c=prof.slowdown_temperature_c,
+            shutdown_temperature_c=prof.shutdown_temperature_c,
             power_w=round(drive.power, 2),
             power_limit_w=prof.power_limit_w,
+            power_limit_min_w=prof.power_limit_min_w,
+            power_limit_max_w=prof.power_limit_w,
+            power_limit_default_w=prof.power_limit_w,
             sm_clock_mhz=float(drive.sm_clock),
             sm_clock_max_mhz=float(prof.sm_clock_max_mhz),
+            sm_clock_application_mhz=float(prof.sm_clock_application_mhz),
             memory_clock_mhz=float(drive.memory_clock),
             memory_clock_max_mhz=float(prof.memory_clock_max_mhz),
+            memory_clock_application_mhz=float(prof.memory_clock_application_mhz),
             pstate="P0" if busy else "P8",
             fan_pct=None,
             throttle_reasons=drive.reasons,
@@ -826,6 +875,8 @@ class _HostSim:
                 max_gen=prof.pcie_max_gen,
                 max_width=prof.pcie_max_width,
             ),
+            pcie_tx_kib_s=tx,
+            pcie_rx_kib_s=rx,
             persistence_mode=True,
             compute_mode="Default",
             mig_mode=False,

@@ -9,10 +9,11 @@ the XML carries. Not carried: the host name (the reader names it), MIG instances
 user, container and Slurm job, XID events (nvidia-smi does not report them: they are in the
 kernel log) and the topology (``topo -m`` is a separate command).
 
-Two values are written the way that driver writes them rather than as the model holds them: the
-slowdown temperature as margins to T.Limit (the H200 starts slowing down 2 °C past T.Limit), and
-the ECC counts as DRAM counts with the SRAM parts N/A. A lost GPU keeps its identity and reads
-"GPU is lost" (NVML's error string) in place of its readings.
+Some values are written the way that driver writes them rather than as the model holds them: the
+slowdown and shutdown temperatures as margins to T.Limit (the H200 starts slowing down 2 °C past
+T.Limit), so that a GPU without a temperature or a slowdown temperature has no shutdown
+temperature either, and the ECC counts as DRAM counts with the SRAM parts N/A. A lost GPU keeps
+its identity and reads "GPU is lost" (NVML's error string) in place of its readings.
 """
 
 from __future__ import annotations
@@ -126,8 +127,13 @@ def _gpu_fields(gpu: GpuState) -> list[Field]:
         *_temperature_fields(gpu),
         ("gpu_power_readings/average_power_draw", _watts(gpu.power_w)),
         ("gpu_power_readings/current_power_limit", _watts(gpu.power_limit_w)),
+        ("gpu_power_readings/default_power_limit", _watts(gpu.power_limit_default_w)),
+        ("gpu_power_readings/min_power_limit", _watts(gpu.power_limit_min_w)),
+        ("gpu_power_readings/max_power_limit", _watts(gpu.power_limit_max_w)),
         ("clocks/sm_clock", _quantity(gpu.sm_clock_mhz, " MHz")),
         ("clocks/mem_clock", _quantity(gpu.memory_clock_mhz, " MHz")),
+        ("applications_clocks/graphics_clock", _quantity(gpu.sm_clock_application_mhz, " MHz")),
+        ("applications_clocks/mem_clock", _quantity(gpu.memory_clock_application_mhz, " MHz")),
         ("max_clocks/sm_clock", _quantity(gpu.sm_clock_max_mhz, " MHz")),
         ("max_clocks/mem_clock", _quantity(gpu.memory_clock_max_mhz, " MHz")),
     ]
@@ -142,6 +148,8 @@ def _pci_fields(gpu: GpuState) -> list[Field]:
         (f"{info}/pcie_gen/current_link_gen", _quantity(link.gen)),
         (f"{info}/link_widths/max_link_width", _quantity(link.max_width, "x")),
         (f"{info}/link_widths/current_link_width", _quantity(link.width, "x")),
+        ("pci/tx_util", _quantity(gpu.pcie_tx_kib_s, " KB/s")),
+        ("pci/rx_util", _quantity(gpu.pcie_rx_kib_s, " KB/s")),
     ]
 
 
@@ -188,18 +196,27 @@ def _remap_fields(gpu: GpuState) -> list[Field]:
 
 
 def _temperature_fields(gpu: GpuState) -> list[Field]:
-    """The temperature, and the slowdown temperature as the driver gives it: margins to T.Limit.
+    """The temperature, and the slowdown and shutdown temperatures as the driver gives them:
+    margins to T.Limit.
 
     T.Limit sits ``-_SLOWDOWN_MARGIN_C`` below the slowdown temperature; the current margin is
-    how far the GPU is below T.Limit.
+    how far the GPU is below T.Limit, the shutdown margin how far the shutdown temperature is
+    above it (negative, as the driver prints it).
     """
-    temp, slowdown = gpu.temperature_c, gpu.slowdown_temperature_c
-    margin = threshold = None
+    temp, slowdown, shutdown = (
+        gpu.temperature_c,
+        gpu.slowdown_temperature_c,
+        gpu.shutdown_temperature_c,
+    )
+    margin = threshold = shutdown_threshold = None
     if temp is not None and slowdown is not None:
-        margin, threshold = slowdown + _SLOWDOWN_MARGIN_C - temp, _SLOWDOWN_MARGIN_C
+        tlimit = slowdown + _SLOWDOWN_MARGIN_C
+        margin, threshold = tlimit - temp, _SLOWDOWN_MARGIN_C
+        shutdown_threshold = None if shutdown is None else tlimit - shutdown
     return [
         ("temperature/gpu_temp", _quantity(temp, " C")),
         ("temperature/gpu_temp_tlimit", _quantity(margin, " C")),
+        ("temperature/gpu_temp_max_tlimit_threshold", _quantity(shutdown_threshold, " C")),
         ("temperature/gpu_temp_slow_tlimit_threshold", _quantity(threshold, " C")),
     ]
 

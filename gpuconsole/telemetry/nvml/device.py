@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,23 +123,32 @@ class _Static:
     sm_clock_max_mhz: float | None
     memory_clock_max_mhz: float | None
     slowdown_temperature_c: float | None
+    shutdown_temperature_c: float | None
+    power_limit_min_w: float | None
+    power_limit_max_w: float | None
+    power_limit_default_w: float | None
     pcie_max_gen: int | None
     pcie_max_width: int | None
 
 
 @dataclass(slots=True)
 class _Modes:
+    """Settings an admin may change while the driver runs, re-read every `MODE_REFRESH_S`."""
+
     ecc: bool | None
     mig: bool | None
+    sm_clock_application_mhz: float | None
+    """``nvidia-smi -ac`` sets the application clocks; a read costs 1.3 ms on an H200."""
+    memory_clock_application_mhz: float | None
     read_at: float
 
 
 @dataclass(slots=True)
 class _Memo:
     """What one GPU's readings carry from one to the next: its static values, the calls it does
-    not support, and its ECC and MIG modes (0.17 ms each on an H200), re-read every
-    `MODE_REFRESH_S`. A change of MIG mode forgets the unsupported calls: utilization, for one,
-    is not supported in MIG mode only."""
+    not support, and its ECC and MIG modes (0.17 ms each on an H200) and application clocks,
+    re-read every `MODE_REFRESH_S`. A change of MIG mode forgets the unsupported calls:
+    utilization, for one, is not supported in MIG mode only."""
 
     static: _Static | None = None
     refused: set[tuple[Any, ...]] = field(default_factory=set)
@@ -168,13 +178,22 @@ def _identity(calls: _Calls, handle: Handle) -> _Identity:
 
 def _static(calls: _Calls, handle: Handle) -> _Static:
     sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
-    slowdown = pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+
+    def threshold(kind: int) -> float | None:
+        return _number(calls(pynvml.nvmlDeviceGetTemperatureThreshold, handle, kind))
+
+    constraints = calls(pynvml.nvmlDeviceGetPowerManagementLimitConstraints, handle)
+    low, high = (None, None) if constraints is None else constraints
     return _Static(
         identity=_identity(calls, handle),
         sm_clock_max_mhz=_number(calls(pynvml.nvmlDeviceGetMaxClockInfo, handle, sm)),
         memory_clock_max_mhz=_number(calls(pynvml.nvmlDeviceGetMaxClockInfo, handle, mem)),
-        slowdown_temperature_c=_number(
-            calls(pynvml.nvmlDeviceGetTemperatureThreshold, handle, slowdown)
+        slowdown_temperature_c=threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        shutdown_temperature_c=threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+        power_limit_min_w=_watts(low),
+        power_limit_max_w=_watts(high),
+        power_limit_default_w=_watts(
+            calls(pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
         ),
         pcie_max_gen=calls(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
         pcie_max_width=calls(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
@@ -188,9 +207,14 @@ def _modes(calls: _Calls, handle: Handle, memo: _Memo) -> _Modes:
         return memo.modes
     ecc = calls(pynvml.nvmlDeviceGetEccMode, handle)
     mig = calls(pynvml.nvmlDeviceGetMigMode, handle)
+    sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
     modes = _Modes(
         ecc=None if ecc is None else ecc[0] == pynvml.NVML_FEATURE_ENABLED,
         mig=None if mig is None else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
+        sm_clock_application_mhz=_number(calls(pynvml.nvmlDeviceGetApplicationsClock, handle, sm)),
+        memory_clock_application_mhz=_number(
+            calls(pynvml.nvmlDeviceGetApplicationsClock, handle, mem)
+        ),
         read_at=now,
     )
     if memo.modes is not None and memo.modes.mig != modes.mig:
@@ -275,6 +299,40 @@ def _pcie(calls: _Calls, handle: Handle, static: _Static) -> PcieLink | None:
     return None if link == PcieLink(None, None, None, None) else link
 
 
+PCIE_DIRECTIONS = (pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+"""What the GPU sends, then what it receives, as `ask_pcie_traffic` asks for them."""
+
+
+def ask_pcie_traffic(
+    pool: Executor, handle: Handle, refused: set[tuple[Any, ...]]
+) -> list[Future[int | None]]:
+    """The GPU's PCIe throughput, TX then RX, asked for on ``pool``'s threads.
+
+    NVML samples each direction for 20 ms and returns only then: 21 ms a call on an H200, 42 ms a
+    GPU read in turn. Calls on separate threads overlap (8 at once took 23 ms there), so the
+    source asks for every GPU's two before it reads the GPUs, and a reading takes about 21 ms
+    longer whatever the number of GPUs. NVML's byte counters (``NVML_FI_DEV_PCIE_COUNT_TX_BYTES``
+    and ``_RX_BYTES``) cost no wait, but on the H200 they went backwards between two reads 1 s
+    apart while the GPU copied 55 GB/s: they wrap too often to give a rate between readings.
+
+    Each call has its own `_Calls`, sharing the GPU's ``refused`` calls (a set is safe to add to
+    from threads): the reading's own `_Calls` counts on one thread.
+    """
+    return [
+        pool.submit(_Calls(handle, refused), pynvml.nvmlDeviceGetPcieThroughput, handle, direction)
+        for direction in PCIE_DIRECTIONS
+    ]
+
+
+def _pcie_traffic(asked: Sequence[Future[int | None]]) -> tuple[float | None, float | None]:
+    """(TX, RX) KiB/s as `ask_pcie_traffic` asked; `_GpuLost` when the GPU answered so. None
+    where nothing was asked: the GPU had no handle yet when its reading began."""
+    if not asked:
+        return None, None
+    tx, rx = (_number(answer.result()) for answer in asked)
+    return tx, rx
+
+
 def _enabled(value: int | None) -> bool | None:
     return None if value is None else value == pynvml.NVML_FEATURE_ENABLED
 
@@ -310,11 +368,14 @@ def _gpu_state(
     modes: _Modes,
     migs: Sequence[_MigDevice],
     calls: _Calls,
+    traffic: Sequence[Future[int | None]],
 ) -> GpuState:
+    """The GPU's reading; ``traffic`` is its PCIe throughput as `ask_pcie_traffic` asked."""
     util = calls(pynvml.nvmlDeviceGetUtilizationRates, handle)
     used, total = _memory(calls, handle)
     sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
     identity = static.identity
+    tx, rx = _pcie_traffic(traffic)
     return GpuState(
         index=index,
         name=identity.name,
@@ -328,12 +389,18 @@ def _gpu_state(
         memory_total_mib=total,
         temperature_c=_number(_temperature(calls, handle)),
         slowdown_temperature_c=static.slowdown_temperature_c,
+        shutdown_temperature_c=static.shutdown_temperature_c,
         power_w=_watts(calls(pynvml.nvmlDeviceGetPowerUsage, handle)),
         power_limit_w=_watts(calls(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
+        power_limit_min_w=static.power_limit_min_w,
+        power_limit_max_w=static.power_limit_max_w,
+        power_limit_default_w=static.power_limit_default_w,
         sm_clock_mhz=_number(calls(pynvml.nvmlDeviceGetClockInfo, handle, sm)),
         sm_clock_max_mhz=static.sm_clock_max_mhz,
+        sm_clock_application_mhz=modes.sm_clock_application_mhz,
         memory_clock_mhz=_number(calls(pynvml.nvmlDeviceGetClockInfo, handle, mem)),
         memory_clock_max_mhz=static.memory_clock_max_mhz,
+        memory_clock_application_mhz=modes.memory_clock_application_mhz,
         pstate=pstate_name(calls(pynvml.nvmlDeviceGetPerformanceState, handle)),
         fan_pct=_number(calls(pynvml.nvmlDeviceGetFanSpeed, handle)),
         throttle_reasons=_throttle(calls, handle),
@@ -341,6 +408,8 @@ def _gpu_state(
         remap=_remap(calls, handle),
         recovery_action=_recovery_action(calls, handle),
         pcie=_pcie(calls, handle, static),
+        pcie_tx_kib_s=tx,
+        pcie_rx_kib_s=rx,
         persistence_mode=_enabled(calls(pynvml.nvmlDeviceGetPersistenceMode, handle)),
         compute_mode=compute_mode_name(calls(pynvml.nvmlDeviceGetComputeMode, handle)),
         mig_mode=modes.mig,

@@ -6,6 +6,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pynvml
 
@@ -24,6 +25,7 @@ from gpuconsole.telemetry.nvml.device import (
     _modes,
     _processes,
     _static,
+    ask_pcie_traffic,
 )
 from gpuconsole.telemetry.nvml.mapping import (
     _REFUSED,
@@ -61,6 +63,8 @@ class NvmlSource:
     NVML is initialised on the first `read` (a failure raises `SourceError` with the reason) and
     shut down by `close`. The topology is read once, when every GPU has a handle. The XID
     watcher starts on the first read, so the kernel log's XIDs appear from a later reading on.
+    The GPUs' PCIe throughput is asked for on a pool of two threads per GPU, all at once
+    (`ask_pcie_traffic` says why): a reading takes about 21 ms longer.
     """
 
     def __init__(
@@ -83,6 +87,7 @@ class NvmlSource:
         self._topology: Topology | None = None
         self._topology_read = False
         self._watcher: XidWatcher | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -94,9 +99,10 @@ class NvmlSource:
         with self._lock:
             self._initialise()
             now = self._clock()
+            traffic = [self._ask_traffic(index) for index in range(self._count)]
             gpus, processes = [], []
             for index in range(self._count):
-                state, on_gpu = self._read_gpu(index)
+                state, on_gpu = self._read_gpu(index, traffic[index])
                 gpus.append(state)
                 processes.extend(on_gpu)
             self._start_watcher()
@@ -122,6 +128,9 @@ class NvmlSource:
             if self._watcher is not None:
                 self._watcher.stop()
                 self._watcher = None
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
             if self._initialised:
                 self._initialised = False
                 self._handles.clear()
@@ -143,6 +152,7 @@ class NvmlSource:
             raise SourceError(f"{self._host}: no NVIDIA GPU found")
         self._initialised = True
         self._count = count
+        self._pool = ThreadPoolExecutor(2 * count, thread_name_prefix="nvml-pcie")
         self._driver_version = _nvml(pynvml.nvmlSystemGetDriverVersion)
         cuda = _nvml(pynvml.nvmlSystemGetCudaDriverVersion)
         self._cuda_version = None if cuda is None else cuda_version_text(cuda)
@@ -158,7 +168,18 @@ class NvmlSource:
                 return None, False
         return self._handles[index], False
 
-    def _read_gpu(self, index: int) -> tuple[GpuState, list[GpuProcess]]:
+    def _ask_traffic(self, index: int) -> list[Future[int | None]]:
+        """The GPU's PCIe throughput, asked for on the pool; nothing for a GPU without a handle."""
+        handle, _ = self._handle(index)
+        if handle is None:
+            return []
+        assert self._pool is not None, "made by _initialise"
+        memo = self._memos.setdefault(index, _Memo())
+        return ask_pcie_traffic(self._pool, handle, memo.refused)
+
+    def _read_gpu(
+        self, index: int, traffic: list[Future[int | None]]
+    ) -> tuple[GpuState, list[GpuProcess]]:
         handle, lost = self._handle(index)
         if handle is None:
             return self._unreadable(index, lost), []
@@ -170,7 +191,7 @@ class NvmlSource:
                 memo.static = static
             modes = _modes(calls, handle, memo)
             migs = _mig_devices(calls, handle) if modes.mig else []
-            state = _gpu_state(index, handle, static, modes, migs, calls)
+            state = _gpu_state(index, handle, static, modes, migs, calls, traffic)
             if migs:
                 found = [_processes(calls, index, m.handle, m.gpu_instance_id) for m in migs]
                 processes = [process for listing in found for process in listing]

@@ -182,8 +182,10 @@ _XML_PATHS: dict[str, tuple[str, ...]] = {
     "memory_total_mib": ("fb_memory_usage/total",),
     "temperature_c": ("temperature/gpu_temp",),
     "slowdown_c": ("temperature/gpu_temp_slow_threshold",),
+    "shutdown_c": ("temperature/gpu_temp_max_threshold",),
     "tlimit_margin_c": ("temperature/gpu_temp_tlimit",),
     "slowdown_margin_c": ("temperature/gpu_temp_slow_tlimit_threshold",),
+    "shutdown_margin_c": ("temperature/gpu_temp_max_tlimit_threshold",),
     "power_w": (
         "gpu_power_readings/average_power_draw",
         "gpu_power_readings/power_draw",
@@ -198,10 +200,20 @@ _XML_PATHS: dict[str, tuple[str, ...]] = {
         "power_readings/enforced_power_limit",
         "power_readings/power_limit",
     ),
+    "power_limit_min_w": ("gpu_power_readings/min_power_limit", "power_readings/min_power_limit"),
+    "power_limit_max_w": ("gpu_power_readings/max_power_limit", "power_readings/max_power_limit"),
+    "power_limit_default_w": (
+        "gpu_power_readings/default_power_limit",
+        "gpu_power_readings/*/default_power_limit",
+        "power_readings/default_power_limit",
+    ),
     "sm_clock_mhz": ("clocks/sm_clock",),
     "sm_clock_max_mhz": ("max_clocks/sm_clock",),
+    # nvidia-smi gives the application clocks of the graphics domain, which is the SM's
+    "sm_clock_application_mhz": ("applications_clocks/graphics_clock",),
     "memory_clock_mhz": ("clocks/mem_clock",),
     "memory_clock_max_mhz": ("max_clocks/mem_clock",),
+    "memory_clock_application_mhz": ("applications_clocks/mem_clock",),
     "pstate": ("performance_state",),
     "fan_pct": ("fan_speed",),
     "throttle": ("clocks_event_reasons", "clocks_throttle_reasons"),
@@ -221,6 +233,8 @@ _XML_PATHS: dict[str, tuple[str, ...]] = {
     "pcie_max_gen": ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
     "pcie_width": ("pci/pci_gpu_link_info/link_widths/current_link_width",),
     "pcie_max_width": ("pci/pci_gpu_link_info/link_widths/max_link_width",),
+    "pcie_tx_kib_s": ("pci/tx_util",),
+    "pcie_rx_kib_s": ("pci/rx_util",),
     "persistence_mode": ("persistence_mode",),
     "compute_mode": ("compute_mode",),
     "mig_mode": ("mig_mode/current_mig",),
@@ -237,8 +251,10 @@ _TEXT_PATHS: dict[str, tuple[str, ...]] = {
     "memory_total_mib": ("FB Memory Usage/Total",),
     "temperature_c": ("Temperature/GPU Current Temp",),
     "slowdown_c": ("Temperature/GPU Slowdown Temp",),
+    "shutdown_c": ("Temperature/GPU Shutdown Temp",),
     "tlimit_margin_c": ("Temperature/GPU T.Limit Temp",),
     "slowdown_margin_c": ("Temperature/GPU Slowdown T.Limit Temp",),
+    "shutdown_margin_c": ("Temperature/GPU Shutdown T.Limit Temp",),
     "power_w": (
         "GPU Power Readings/Average Power Draw",
         "GPU Power Readings/Power Draw",
@@ -251,10 +267,19 @@ _TEXT_PATHS: dict[str, tuple[str, ...]] = {
         "Power Readings/Enforced Power Limit",
         "Power Readings/Power Limit",
     ),
+    "power_limit_min_w": ("GPU Power Readings/Min Power Limit", "Power Readings/Min Power Limit"),
+    "power_limit_max_w": ("GPU Power Readings/Max Power Limit", "Power Readings/Max Power Limit"),
+    "power_limit_default_w": (
+        "GPU Power Readings/Default Power Limit",
+        "GPU Power Readings/GPU Ceiling Power Limit/Default Power Limit",
+        "Power Readings/Default Power Limit",
+    ),
     "sm_clock_mhz": ("Clocks/SM",),
     "sm_clock_max_mhz": ("Max Clocks/SM",),
+    "sm_clock_application_mhz": ("Applications Clocks/Graphics",),
     "memory_clock_mhz": ("Clocks/Memory",),
     "memory_clock_max_mhz": ("Max Clocks/Memory",),
+    "memory_clock_application_mhz": ("Applications Clocks/Memory",),
     "pstate": ("Performance State",),
     "fan_pct": ("Fan Speed",),
     "throttle": ("Clocks Event Reasons", "Clocks Throttle Reasons"),
@@ -271,6 +296,8 @@ _TEXT_PATHS: dict[str, tuple[str, ...]] = {
     "pcie_max_gen": ("PCI/GPU Link Info/PCIe Generation/Max",),
     "pcie_width": ("PCI/GPU Link Info/Link Width/Current",),
     "pcie_max_width": ("PCI/GPU Link Info/Link Width/Max",),
+    "pcie_tx_kib_s": ("PCI/Tx Throughput",),
+    "pcie_rx_kib_s": ("PCI/Rx Throughput",),
     "persistence_mode": ("Persistence Mode",),
     "compute_mode": ("Compute Mode",),
     "mig_mode": ("MIG Mode/Current",),
@@ -283,10 +310,17 @@ _NUMBER_FIELDS = (
     "temperature_c",
     "power_w",
     "power_limit_w",
+    "power_limit_min_w",
+    "power_limit_max_w",
+    "power_limit_default_w",
     "sm_clock_mhz",
     "sm_clock_max_mhz",
+    "sm_clock_application_mhz",
     "memory_clock_mhz",
     "memory_clock_max_mhz",
+    "memory_clock_application_mhz",
+    "pcie_tx_kib_s",
+    "pcie_rx_kib_s",
     "fan_pct",
 )
 
@@ -345,7 +379,8 @@ def _gpu_state(gpu: _Gpu) -> GpuState:
         gpu.index,
         **identity,
         **numbers,
-        slowdown_temperature_c=_slowdown(gpu),
+        slowdown_temperature_c=_threshold(gpu, "slowdown"),
+        shutdown_temperature_c=_threshold(gpu, "shutdown"),
         pstate=gpu.read("pstate", _text),
         throttle_reasons=_throttle(gpu),
         ecc=_ecc(gpu),
@@ -390,19 +425,20 @@ def _mig_instance(gpu: _Gpu, device: _Node) -> MigInstance:
     )
 
 
-def _slowdown(gpu: _Gpu) -> float | None:
-    """The temperature at which the GPU starts to slow down.
+def _threshold(gpu: _Gpu, kind: str) -> float | None:
+    """The temperature at which the GPU starts to slow down (``kind`` "slowdown") or shuts
+    down ("shutdown").
 
     Older drivers print it; newer ones (the H200's 580) print margins to T.Limit instead: the
-    current margin and the margin at which slowdown starts. Slowdown is then reached when the
-    margin falls to that threshold, which is when the temperature reaches the value returned.
+    current margin and the margin at which the GPU acts. It acts when the margin falls to that
+    threshold, which is when the temperature reaches the value returned.
     """
-    absolute = gpu.read("slowdown_c", _number)
+    absolute = gpu.read(f"{kind}_c", _number)
     if absolute is not None:
         return absolute
     temp = gpu.read("temperature_c", _number)
     margin = gpu.read("tlimit_margin_c", _number)
-    threshold = gpu.read("slowdown_margin_c", _number)
+    threshold = gpu.read(f"{kind}_margin_c", _number)
     if temp is None or margin is None or threshold is None:
         return None
     return temp + margin - threshold
