@@ -381,3 +381,52 @@ def test_the_optimizer_on_the_host_takes_the_same_steps(harness: ModuleType) -> 
     # on the host: master parameters, gradient buffers and the two moments
     assert offloaded.host_bytes >= 4 * parameter_bytes
     assert offloaded.peak_gradient_bytes == (64 * 64 + 64) * 4
+
+
+def test_eight_bit_moments_hold_a_quarter_of_adamws_and_step_as_it_does(
+    harness: ModuleType,
+) -> None:
+    """torchao's AdamW8bit: the moments' bytes fall to about a quarter (8-bit codes and a scale
+    per 256), and the steps go where AdamW's go (the quantization moves single weights by up to
+    a quarter of a step, not the update's direction)."""
+    pytest.importorskip("torchao")
+    plain_model, model = _mlp(width=256, depth=2), _mlp(width=256, depth=2)
+    model.load_state_dict(plain_model.state_dict())  # weights of 65,536: a map's 1 KiB is small
+    plain = harness.make_optimizer(torch.optim.AdamW, plain_model, _adamw_knobs(False), lr=0.01)
+    knobs = {"fused_optimizer": True, "optimizer_8bit": True}
+    eight = harness.make_optimizer(torch.optim.AdamW, model, knobs, lr=0.01)
+    assert type(eight).__name__ == "AdamW8bit" and knobs["fused_optimizer"] is False
+    start = torch.cat([p.detach().flatten() for p in model.parameters()])
+    for step in range(3):
+        x = torch.randn(16, 256, generator=torch.Generator().manual_seed(step))
+        for net, optimizer in ((plain_model, plain), (model, eight)):
+            net(x).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    def moments(optimizer: torch.optim.Optimizer) -> int:
+        return sum(
+            harness.tensor_bytes(state[key])
+            for state in optimizer.state.values()
+            for key in ("exp_avg", "exp_avg_sq")
+        )
+
+    assert moments(eight) < 0.3 * moments(plain)
+    mine = torch.cat([p.detach().flatten() for p in model.parameters()]) - start
+    theirs = torch.cat([p.detach().flatten() for p in plain_model.parameters()]) - start
+    assert torch.nn.functional.cosine_similarity(mine, theirs, dim=0) > 0.99
+    assert (mine - theirs).abs().mean() < 0.05 * theirs.abs().mean()
+
+
+def test_eight_bit_moments_are_adamws_alone_and_need_torchao(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _mlp(width=8, depth=1)
+    knobs = {"fused_optimizer": False, "optimizer_8bit": True}
+    with pytest.raises(harness.RecipeError, match="this recipe steps SGD") as refused:
+        harness.make_optimizer(torch.optim.SGD, model, knobs, lr=0.1)
+    assert refused.value.kind == "usage"
+    monkeypatch.setitem(sys.modules, "torchao.optim", None)  # as if torchao were not installed
+    with pytest.raises(harness.RecipeError, match="needs torchao") as missing:
+        harness.make_optimizer(torch.optim.AdamW, model, knobs, lr=0.1)
+    assert missing.value.kind == "dependency"

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpuconsole.actions.memory.session import DoctorRequest, MemoryReport, _choose, _largest_batch
 from gpuconsole.actions.memory.trials import (
+    ADAMW_RECIPES,
     PROBE,
     TRIAL,
     UNSOUND_BUDGET,
@@ -265,6 +266,7 @@ def test_the_climb_starts_from_the_smallest_sound_activation_fix() -> None:
     climbed = [name for name in _tried(report) if "memory-budget/0.5+" in name]
     assert climbed == [
         "bf16+memory-budget/0.5+expandable",
+        "bf16+memory-budget/0.5+expandable+optimizer-8bit",
         "bf16+memory-budget/0.5+expandable+optimizer-in-backward",
         "bf16+memory-budget/0.5+expandable+optimizer-offload",
     ]
@@ -310,6 +312,7 @@ def test_the_fixes_that_work_with_the_compiler_read_back_and_become_flags() -> N
         ("bf16+optimizer-offload+optimizer-in-backward", "already steps each block"),
         ("bf16+optimizer-offload+micro-batch/2", "optimizer-offload steps at every backward"),
         ("bf16+memory-budget/0.5+compress-fp8", "compression runs eagerly"),
+        ("bf16+optimizer-offload+optimizer-8bit", "narrows it on the GPU"),
     ],
 )
 def test_sets_that_cannot_run_are_refused_by_name(name: str, message: str) -> None:
@@ -429,3 +432,57 @@ def test_two_runs_agree_by_their_gap_over_their_mean(a: float, b: float) -> None
     assert gap == pytest.approx(agreement(trial(BF16, 1.0, b), trial(BF16, 1.0, a)))
     assert 0 <= gap < 2 and (gap == 0) == (a == b)
     assert agreement(trial(BF16, 1.0, a), Trial(BF16, error="oom")) is None
+
+
+# --- AdamW's moments in 8 bits ---------------------------------------------------------------
+
+
+def test_eight_bit_moments_are_a_rung_after_expandable_segments_where_the_optimizer_is_adamw() -> (
+    None
+):
+    eight = "bf16+checkpoint+expandable+optimizer-8bit"
+    names = [f.name for f in combinations(CKPT, allocator=True, adamw=True)]
+    assert names[:3] == ["bf16+checkpoint+expandable", eight, names[2]]
+    assert "optimizer-8bit" not in names[2]  # the rungs after it go back to AdamW's own
+    assert eight not in [f.name for f in combinations(CKPT, allocator=True)]  # SGD recipes
+    fixes = parse_fixes(eight)
+    assert fixes.optimizer_8bit and fixes.name == eight and fixes.count == 4
+    assert "--optimizer-8bit" in fixes.arguments(32)
+    assert "--optimizer-8bit" not in replace(fixes, optimizer_8bit=False).arguments(32)
+
+
+def test_eight_bit_moments_are_recommended_only_with_the_loss_of_the_set_without_them() -> None:
+    base = replace(CKPT, expandable=True)
+    eight = replace(base, optimizer_8bit=True)
+    offload = replace(base, offload_optimizer=True)
+    table = [trial(base, 2_900, 760.0, loss=10.46), trial(offload, 2_000, 300.0, loss=10.46)]
+    close = [*table, trial(eight, 2_300, 720.0, loss=10.461)]
+    assert loss_drift(close[-1], close) == pytest.approx(0.001 / 10.46)
+    assert recommend(close, 2_400).fixes == eight  # fits, and faster than the host's step
+    drifting = [*table, trial(eight, 2_300, 720.0, loss=10.7)]
+    assert recommend(drifting, 2_400).fixes == offload
+
+
+def test_the_doctor_climbs_to_eight_bit_moments_and_stops_there_when_they_fit() -> None:
+    measured = {**LADDER, "bf16+checkpoint+expandable+optimizer-8bit": (2_300.0, 720.0, 10.465)}
+    report = _doctor_choice(measured, 2_430.0)
+    assert _tried(report)[-3:] == [
+        "bf16+checkpoint+expandable",
+        "bf16+checkpoint+expandable+optimizer-8bit",
+        "bf16+checkpoint+optimizer-8bit",  # the earlier addition left out, as for every fit
+    ]
+    assert report.recommended.fixes.name == "bf16+checkpoint+expandable+optimizer-8bit"
+
+
+def test_the_adamw_recipes_are_those_whose_source_steps_adamw() -> None:
+    from pathlib import Path
+
+    import gpuconsole.recipes
+
+    folder = Path(gpuconsole.recipes.__file__).parent
+    stepping = {
+        path.stem
+        for path in folder.glob("*.py")
+        if "make_optimizer(torch.optim.AdamW" in path.read_text().replace("\n", "")
+    }
+    assert stepping == ADAMW_RECIPES

@@ -102,7 +102,8 @@ def test_script_imports_only_the_standard_library_torch_and_the_harness(path: Pa
             top |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             top.add(node.module.split(".")[0])
-    optional = {"torchvision", "PIL"}  # imported inside functions, with a fallback or an error
+    # imported inside functions, with a fallback or an error
+    optional = {"torchvision", "PIL", "torchao"}
     allowed = {"torch", "__future__", HARNESS.stem}
     foreign = top - set(sys.stdlib_module_names) - allowed - optional
     assert not foreign

@@ -57,6 +57,7 @@ MEMORY_DEFAULTS: dict[str, Any] = {
     "expandable_segments": False,
     "optimizer_in_backward": False,
     "offload_optimizer": False,
+    "optimizer_8bit": False,
     "compile_backend": "inductor",
     "steady_within": None,
     "max_steps": None,
@@ -176,6 +177,12 @@ def common_parser(description: str, presets: dict[str, dict[str, Any]]) -> JsonA
         "them while the GPU works, and the new parameters come back before the next forward",
     )
     parser.add_argument(
+        "--optimizer-8bit",
+        action=on_off,
+        help="keep AdamW's two moments in 8 bits, block-wise quantized (torchao's AdamW8bit): "
+        "a quarter of their memory; needs torchao",
+    )
+    parser.add_argument(
         "--expandable-segments",
         action=on_off,
         help="PyTorch's allocator grows segments instead of caching fixed blocks (CUDA)",
@@ -247,6 +254,11 @@ def _check_memory_knobs(knobs: dict[str, Any]) -> None:
         raise RecipeError(
             "usage", "--selective-checkpoint chooses what checkpointed blocks keep: add "
             "--checkpoint-every K"
+        )  # fmt: skip
+    if knobs["optimizer_8bit"] and knobs["offload_optimizer"]:
+        raise RecipeError(
+            "usage", "--offload-optimizer keeps the state on the host, --optimizer-8bit narrows "
+            "it on the GPU: choose one"
         )  # fmt: skip
     if knobs["optimizer_in_backward"] and knobs["offload_optimizer"]:
         raise RecipeError(
@@ -636,6 +648,8 @@ def make_optimizer(
     """Fused (one kernel for all parameters) when asked and this torch offers it; stepped inside
     backward (`StepInBackward`) when ``optimizer_in_backward`` is on, on the host (`HostOffload`)
     when ``offload_optimizer`` is."""
+    if knobs.get("optimizer_8bit"):
+        optimizer_class = eight_bit(optimizer_class)
     fused = knobs["fused_optimizer"] and "fused" in inspect.signature(optimizer_class).parameters
     knobs["fused_optimizer"] = fused
     extra = {"fused": True} if fused else {}
@@ -645,6 +659,24 @@ def make_optimizer(
         groups = parameter_groups(model)
         return StepInBackward(groups, [optimizer_class(group, **kw, **extra) for group in groups])
     return optimizer_class(model.parameters(), **kw, **extra)
+
+
+def eight_bit(optimizer_class: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
+    """torchao's AdamW8bit for AdamW: both moments block-wise quantized to 8 bits (blocks of 256
+    with a scale each; tensors under 4,096 elements stay in fp32), the update in fp32 as
+    AdamW's. RecipeError for another optimizer, or without torchao."""
+    if optimizer_class is not torch.optim.AdamW:
+        raise RecipeError(
+            "usage", f"--optimizer-8bit narrows AdamW's moments; this recipe steps "
+            f"{optimizer_class.__name__}"
+        )  # fmt: skip
+    try:
+        from torchao.optim import AdamW8bit
+    except ImportError as error:
+        raise RecipeError(
+            "dependency", f"--optimizer-8bit needs torchao (pip install torchao): {error}"
+        ) from None  # fmt: skip
+    return AdamW8bit
 
 
 def parameter_groups(model: nn.Module) -> list[list[nn.Parameter]]:
@@ -842,7 +874,15 @@ def _host_optimizer(
 
 
 def tensor_bytes(tensor: torch.Tensor | None) -> int:
-    return 0 if tensor is None else tensor.numel() * tensor.element_size()
+    """What ``tensor`` holds; for a tensor subclass that keeps its data in inner tensors (a
+    quantized optimizer state shows fp32's dtype over 8-bit codes), what those hold."""
+    if tensor is None:
+        return 0
+    flatten = getattr(tensor, "__tensor_flatten__", None)
+    if flatten is not None:
+        names, _context = flatten()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
+    return tensor.numel() * tensor.element_size()
 
 
 def loader_batches(

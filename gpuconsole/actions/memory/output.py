@@ -278,6 +278,7 @@ def trial_dict(trial: Trial, report: MemoryReport) -> dict[str, Any]:
             "expandable_segments": fixes.expandable,
             "optimizer_in_backward": fixes.optimizer_in_backward,
             "offload_optimizer": fixes.offload_optimizer,
+            "optimizer_8bit": fixes.optimizer_8bit,
             "micro_batches": fixes.micro_batches,
             "batch_size": fixes.batch_size,
         },

@@ -10,6 +10,7 @@ from typing import Any
 from gpuconsole.actions.launch.commands import LaunchError, LaunchSpec, single_host_command
 from gpuconsole.actions.launch.run import Event, run_recipe
 from gpuconsole.actions.memory.trials import (
+    ADAMW_RECIPES,
     FIRST_BUDGET,
     PROBE,
     REPEAT,
@@ -231,7 +232,8 @@ async def _choose(
     report.recommended = recommend(report.trials, target)
     base = climb_base(report.trials, request.amp)
     if explore and report.recommended is None and base is not None:
-        for fixes in combinations(base.fixes, allocator):
+        adamw = request.recipe in ADAMW_RECIPES
+        for fixes in combinations(base.fixes, allocator, adamw):
             done = _find(report.trials, fixes) or await trial(fixes)
             if fits(done, target):
                 for lean in leaner(fixes, base.fixes):

@@ -35,6 +35,9 @@ UNSOUND_BUDGET = (
     "under a memory budget torch's partitioner recomputes dropout with fresh randomness in "
     "backward: wrong gradients (pytorch/pytorch#190758)"
 )
+ADAMW_RECIPES = frozenset({"bert"})
+"""The recipes whose optimizer is AdamW, whose moments torchao keeps in 8 bits (the others use
+SGD with momentum); tests/test_memory_trials.py checks this against the recipes' sources."""
 TRIAL, PROBE, REPEAT = "trial", "probe", "repeat"
 """What a run is for: a trial of a set of fixes; a probe of the batch search (a peak from two
 steps, no speed); the second run of a trial, whose speed says how well two runs agree."""
@@ -56,6 +59,9 @@ class Fixes:
     """The optimizer stepped block by block during backward, each gradient freed once used."""
     offload_optimizer: bool = False
     """The optimizer's state on the host, each block stepped there as backward completes it."""
+    optimizer_8bit: bool = False
+    """AdamW's two moments kept in 8 bits (torchao's AdamW8bit): a quarter of their memory,
+    a change of arithmetic whose loss is compared with the same set's without it."""
     micro_batches: int = 1
     """The batch split into this many micro-batches, gradients accumulated over them."""
     batch_size: int | None = None
@@ -78,6 +84,8 @@ class Fixes:
             parts.append("optimizer-in-backward")
         if self.offload_optimizer:
             parts.append("optimizer-offload")
+        if self.optimizer_8bit:
+            parts.append("optimizer-8bit")
         if self.micro_batches > 1:
             parts.append(f"micro-batch/{self.micro_batches}")
         if self.batch_size is not None:
@@ -96,6 +104,7 @@ class Fixes:
                 self.expandable,
                 self.optimizer_in_backward,
                 self.offload_optimizer,
+                self.optimizer_8bit,
                 self.micro_batches > 1,
             )
         )
@@ -120,6 +129,8 @@ class Fixes:
             args.append("--optimizer-in-backward")
         if self.offload_optimizer:
             args.append("--offload-optimizer")
+        if self.optimizer_8bit:
+            args.append("--optimizer-8bit")
         return args
 
 
@@ -127,12 +138,13 @@ SWITCHES = {
     "expandable": "expandable",
     "optimizer-in-backward": "optimizer_in_backward",
     "optimizer-offload": "offload_optimizer",
+    "optimizer-8bit": "optimizer_8bit",
 }
 """The fixes that are on or off, by name: the field of `Fixes` each sets."""
 FIX_WORDS = (
     "checkpoint, checkpoint/K, selective-checkpoint, selective-checkpoint/K, memory-budget/F, "
     "compress-bf16, compress-fp8, expandable, optimizer-in-backward, optimizer-offload, "
-    "micro-batch/N"
+    "optimizer-8bit, micro-batch/N"
 )
 
 
@@ -182,6 +194,11 @@ def _conflict(fixes: Fixes) -> str | None:
         return (
             f"{stepping} steps at every backward, micro-batch/N accumulates over several: "
             "choose one"
+        )
+    if fixes.offload_optimizer and fixes.optimizer_8bit:
+        return (
+            "optimizer-offload keeps the state on the host, optimizer-8bit narrows it on the "
+            "GPU: choose one"
         )
     if fixes.offload_optimizer and fixes.optimizer_in_backward:
         return "optimizer-offload already steps each block in backward, on the host: choose one"
@@ -315,17 +332,22 @@ def climb_base(trials: Sequence[Trial], amp: str) -> Trial | None:
     return min(bases, key=lambda t: t.peak_mib or 0.0) if bases else None
 
 
-def combinations(base: Fixes, allocator: bool) -> list[Fixes]:
+def combinations(base: Fixes, allocator: bool, adamw: bool = False) -> list[Fixes]:
     """``base`` with more fixes, added one at a time, least intrusive first: the allocator's
-    expandable segments (where there is a caching ``allocator``: CUDA), the same arithmetic
-    stepped in backward, the optimizer's state moved to the host instead (the same arithmetic
-    again, on the host), then activations rounded to bf16, then to fp8 instead (not on a memory
-    budget: compression runs eagerly). The doctor tries them in order until one fits."""
+    expandable segments (where there is a caching ``allocator``: CUDA), AdamW's moments in 8
+    bits on top (where the optimizer is ``adamw``: a quarter of its state, at the GPU's speed),
+    then instead of those,
+    the same arithmetic stepped in backward, the optimizer's state moved to the host (the same
+    arithmetic again, on the host), then activations rounded to bf16, then to fp8 instead (not
+    on a memory budget: compression runs eagerly). The doctor tries them in order until one
+    fits."""
     ladder: list[Fixes] = []
     current = base
     if allocator:
         current = replace(current, expandable=True)
         ladder.append(current)
+    if adamw:
+        ladder.append(replace(current, optimizer_8bit=True))
     if steps_in_backward(base):
         current = replace(current, optimizer_in_backward=True)
         ladder.append(current)
@@ -395,10 +417,12 @@ def budget_for_target(plain: Trial, budgeted: Trial, target_mib: float) -> float
 
 
 def loss_drift(trial: Trial, trials: Sequence[Trial]) -> float | None:
-    """A compressed trial's loss against the same fixes without compression, as a share."""
-    if trial.fixes.compress is None or trial.loss is None:
+    """A trial that changes the arithmetic (compression, 8-bit moments): its loss against the
+    same fixes without those, as a share."""
+    fixes = trial.fixes
+    if (fixes.compress is None and not fixes.optimizer_8bit) or trial.loss is None:
         return None
-    plain = replace(trial.fixes, compress=None)
+    plain = replace(fixes, compress=None, optimizer_8bit=False)
     reference = next((t for t in trials if t.fixes == plain and t.loss is not None), None)
     if reference is None or not reference.loss:
         return None
@@ -411,8 +435,9 @@ def fits(trial: Trial, target_mib: float) -> bool:
 
 def recommend(trials: Sequence[Trial], target_mib: float) -> Trial | None:
     """The fastest trial under the target that keeps the job's arithmetic: the job's own batch,
-    gradients that are the job's (not `Trial.unsound`) and, for compression, a loss within
-    `LOSS_TOLERANCE`; near-equal speeds go to fewer fixes. None: nothing tried fits."""
+    gradients that are the job's (not `Trial.unsound`) and, for compression and 8-bit moments,
+    a loss within `LOSS_TOLERANCE`; near-equal speeds go to fewer fixes. None: nothing tried
+    fits."""
     candidates = [
         t
         for t in trials
