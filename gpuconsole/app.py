@@ -417,11 +417,9 @@ class GpuConsoleApp(App[None]):
         from gpuconsole.screens.gpu import RecordedPast
 
         assert self._recorder is not None
-        end = self.fleet.alerts.now or self.now()
         recording = Recording(self._recorder.path)
         try:
-            readings = recording.snapshots(host, end - seconds, end)
-            return RecordedPast(end, readings, recording.episodes(end - seconds, end, host))
+            return RecordedPast.read(recording, host, self.fleet.alerts.now or self.now(), seconds)
         finally:
             recording.close()
 

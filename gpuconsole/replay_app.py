@@ -412,9 +412,7 @@ class ReplayApp(GpuConsoleApp):
         """``host``'s readings and episodes in the ``seconds`` up to the cursor (a worker)."""
         from gpuconsole.screens.gpu import RecordedPast
 
-        at = self.replay.cursor
-        readings = self.recording.snapshots(host, at - seconds, at)
-        return RecordedPast(at, readings, self.recording.episodes(at - seconds, at, host))
+        return RecordedPast.read(self.recording, host, self.replay.cursor, seconds)
 
     def bundle(self, host: str) -> None:
         """A bundle of the recording around the cursor (the host itself is not contacted)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -38,6 +38,9 @@ from gpuconsole.widgets.cells import Palette
 from gpuconsole.widgets.steady import Steady
 from gpuconsole.widgets.time_plot import Level, Mark, TimePlot, TimeSeries
 from gpuconsole.xid import describe
+
+if TYPE_CHECKING:
+    from gpuconsole.record.reader import Recording
 
 RANGES_S = (300, 900, 3600)
 """The spans `r` steps through: the last 5, 15 and 60 minutes."""
@@ -62,6 +65,13 @@ class RecordedPast(NamedTuple):
     at: float
     readings: Sequence[HostSnapshot]
     episodes: Sequence[Episode]
+
+    @classmethod
+    def read(cls, recording: Recording, host: str, at: float, seconds: float) -> RecordedPast:
+        """``host``'s readings and episodes in the ``seconds`` up to ``at`` (it reads a file:
+        call it on a worker)."""
+        start = at - seconds
+        return cls(at, recording.snapshots(host, start, at), recording.episodes(start, at, host))
 
 
 _REPLAYED = "gpu-past"
@@ -455,23 +465,23 @@ class GpuScreen(ConsoleScreen):
         return _Past(past.at, past.readings, episodes)
 
     def _span_line(self, past: _Past) -> Text:
-        """The span and where its readings come from; live, how much of it the store holds
-        when that is less (the store keeps `FleetStore.history_length` readings)."""
+        """The span and where its readings come from; live, how much of it they cover when
+        that is less: the store keeps `FleetStore.history_length` readings, and the
+        recording, where older ones come from it, only what it has."""
         line = Text.assemble(
             (f"Last {self.span // 60:.0f} min", "bold"), f" to {clock(past.end)} UTC"
         )
         if self._recorded is not None:
             line.append(" · from the recording", style="dim")
             return line
+        held = past.end - past.readings[0].time if past.readings else 0.0
+        short = held < self.span - 1
         history = self.store.history(self.host)
         if past.readings and (not history or past.readings[0].time < history[0].time):
             line.append(" · older readings from the recording", style="dim")
-            held = past.end - past.readings[0].time
-            if held < self.span - 1:
+            if short:
                 line.append(f" · recorded: {_duration(held)}", style="dim")
-            return line
-        held = past.end - history[0].time if history else 0.0
-        if held < self.span - 1:
+        elif short:
             kept = self.store.history_length
             line.append(f" · held: {_duration(held)}, the last {kept} readings", style="dim")
         return line
