@@ -2,6 +2,7 @@
 costs on either side. CUDA only.
 
     python benchmarks/checkpoint_step_cost.py [--steps 30] [--warmup 10] [--profile] [--compile]
+                                              [--eight-bit]
 
 For each set of recipe flags (BERT-base, sequence 512 fixed, batch 32, bf16; eager, or with
 --compile as the tuned preset runs it: compiled, fused AdamW), it builds the recipe's model as
@@ -10,6 +11,8 @@ synchronization), the wall time to its end (synchronized), and the GPU's time be
 events; and the step's peak allocated memory. Enqueue close to wall means the host is the
 bottleneck. Eager checkpointed sets run twice: with the reentrant checkpoints `recompute` picks,
 and with the non-reentrant kind everywhere (compiled, checkpoints are always non-reentrant).
+--eight-bit (compiled) compares AdamW's moments in 8 bits stepped by the harness's loop, which
+compiles torchao's update once, with torchao's own loop, which wraps it anew per parameter.
 Prints the medians, one line per run; with --profile also, for three more steps of each run,
 the host calls that took longest (torch.profiler) and how many waited for the GPU.
 """
@@ -55,6 +58,9 @@ COMPILED_SETS = (
     (*CHECKPOINT, *OFFLOAD),
 )
 """Compiled, compression is left out: it runs eagerly."""
+EIGHT_BIT_SETS = ((), (*CHECKPOINT, "--optimizer-8bit"))
+"""With --eight-bit (compiled): the job alone, and checkpointed with AdamW's moments in 8 bits,
+twice: stepped by the harness's loop and by torchao's own."""
 
 
 WAITS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
@@ -135,21 +141,35 @@ def main() -> int:
     parser.add_argument(
         "--compile", action="store_true", help="as the tuned preset runs: compiled, fused AdamW"
     )
+    parser.add_argument(
+        "--eight-bit",
+        action="store_true",
+        help="compiled: 8-bit moments, the harness's loop against torchao's own",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("checkpoint_step_cost: needs CUDA", file=sys.stderr)
         return 2
-    for flags in COMPILED_SETS if args.compile else FLAG_SETS:
-        eager_checkpoints = CHECKPOINT[0] in flags and not args.compile
-        for reentrant in (True, False) if eager_checkpoints else (True,):
-            harness.REENTRANT_WHERE_POSSIBLE = reentrant
-            times = step_times(flags, args.steps, args.warmup, args.profile, args.compile)
+    compiled = args.compile or args.eight_bit
+    sets = EIGHT_BIT_SETS if args.eight_bit else COMPILED_SETS if compiled else FLAG_SETS
+    compiled_once = harness._compiled_once
+    for flags in sets:
+        eager_checkpoints = CHECKPOINT[0] in flags and not compiled
+        eight_bit = "--optimizer-8bit" in flags
+        for variant in (True, False) if eager_checkpoints or eight_bit else (True,):
+            harness.REENTRANT_WHERE_POSSIBLE = variant or not eager_checkpoints
+            harness._compiled_once = compiled_once if variant else lambda low_bit, _: low_bit
+            times = step_times(flags, args.steps, args.warmup, args.profile, compiled)
             enqueue, wall, gpu, peak = times
             torch._dynamo.reset()  # each set compiles its own graph
             functorch_config.activation_memory_budget = 1.0
             name = " ".join(flags) or "(bf16 alone)"
-            kind = "compiled" if args.compile else ("reentrant where possible" if reentrant
-                                                    else "non-reentrant")  # fmt: skip
+            if eight_bit:
+                kind = "harness's 8-bit loop" if variant else "torchao's 8-bit loop"
+            elif compiled:
+                kind = "compiled"
+            else:
+                kind = "reentrant where possible" if variant else "non-reentrant"
             print(
                 f"{name:72} {kind:24} enqueue {enqueue:5.1f} ms  wall {wall:5.1f} ms  "
                 f"GPU {gpu:5.1f} ms  {32_000 / wall:6.1f} samples/s  peak {peak:5.2f} GiB",

@@ -672,11 +672,72 @@ def eight_bit(optimizer_class: type[torch.optim.Optimizer]) -> type[torch.optim.
         )  # fmt: skip
     try:
         from torchao.optim import AdamW8bit
+        from torchao.optim.adam import single_param_adam
     except ImportError as error:
         raise RecipeError(
             "dependency", f"--optimizer-8bit needs torchao (pip install torchao): {error}"
         ) from None  # fmt: skip
-    return AdamW8bit
+    return _compiled_once(AdamW8bit, single_param_adam)
+
+
+def _compiled_once(
+    low_bit: type[torch.optim.Optimizer], update: Callable[..., None]
+) -> type[torch.optim.Optimizer]:
+    """torchao's low-bit AdamW whose per-parameter ``update`` is wrapped by torch.compile once.
+
+    torchao's own step calls ``torch.compile(update, ...)`` anew for every parameter at every
+    step, and building that wrapper (torch's trace rules look up the function's file each time)
+    costs more than the update: 0.7 ms a parameter on a 2-core host, 140 ms a step for 198
+    tensors, against 37 ms with the wrapper built once. With BERT's 200 parameters that made the
+    compiled job's step wait on the host. The state, its quantization, the arithmetic and the
+    compiled code are torchao's; only the loop is this one, as torchao's without distributed
+    tensors (the recipes train on one device)."""
+    compiled = torch.compile(update, fullgraph=True, dynamic=False)
+
+    class CompiledOnce(low_bit):  # type: ignore[misc,valid-type]
+        @torch.no_grad()
+        def step(self, closure: Callable[[], Any] | None = None) -> Any:
+            loss = None
+            if closure is not None:
+                with torch.enable_grad():
+                    loss = closure()
+            # one compiled variant per distinct (shape, dtype, state kind): a fixed number for a
+            # model, so no cache limit (as torchao's step)
+            with torch._dynamo.utils.disable_cache_limit():
+                for group in self.param_groups:
+                    for parameter in group["params"]:
+                        if parameter.grad is not None:
+                            self._update(parameter, group)
+            return loss
+
+        def _update(self, parameter: torch.Tensor, group: dict[str, Any]) -> None:
+            state = self.state[parameter]
+            if not state:
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = self._new_buffer(parameter, True)
+                state["exp_avg_sq"] = self._new_buffer(parameter, False)
+                if group["amsgrad"]:
+                    state["max_exp_avg_sq"] = self._new_buffer(parameter, False)
+            state["step"] += 1
+            beta1, beta2 = group["betas"]
+            compiled(
+                parameter.detach(),
+                parameter.grad,
+                state["step"],
+                state["exp_avg"],
+                state["exp_avg_sq"],
+                state.get("max_exp_avg_sq"),
+                group["lr"],
+                beta1,
+                beta2,
+                group["weight_decay"],
+                group["eps"],
+                self.is_adamw,
+                self.bf16_stochastic_round and parameter.dtype is torch.bfloat16,
+            )
+
+    CompiledOnce.__name__ = CompiledOnce.__qualname__ = f"{low_bit.__name__}CompiledOnce"
+    return CompiledOnce
 
 
 def parameter_groups(model: nn.Module) -> list[list[nn.Parameter]]:
