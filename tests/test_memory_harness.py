@@ -454,6 +454,18 @@ def test_eight_bit_moments_step_as_torchao_does_with_one_compiled_wrapper(
             assert torch.equal(theirs.state[a][key].dequantize(), mine.state[b][key].dequantize())
 
 
+def test_eight_bit_moments_keep_torchaos_own_loop_where_its_layout_differs(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torchao without the update function the harness's loop calls: its own optimizer,
+    slower on the host but right."""
+    adam = pytest.importorskip("torchao.optim.adam")
+    monkeypatch.delattr(adam, "single_param_adam")
+    knobs = {"fused_optimizer": False, "optimizer_8bit": True}
+    optimizer = harness.make_optimizer(torch.optim.AdamW, _mlp(width=8, depth=1), knobs, lr=0.1)
+    assert type(optimizer) is adam.AdamW8bit
+
+
 def test_eight_bit_moments_are_adamws_alone_and_need_torchao(
     harness: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:

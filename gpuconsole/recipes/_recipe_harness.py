@@ -672,12 +672,14 @@ def eight_bit(optimizer_class: type[torch.optim.Optimizer]) -> type[torch.optim.
         )  # fmt: skip
     try:
         from torchao.optim import AdamW8bit
-        from torchao.optim.adam import single_param_adam
     except ImportError as error:
         raise RecipeError(
             "dependency", f"--optimizer-8bit needs torchao (pip install torchao): {error}"
         ) from None  # fmt: skip
-    return _compiled_once(AdamW8bit, single_param_adam)
+    update = getattr(sys.modules[AdamW8bit.__module__], "single_param_adam", None)
+    if update is None or not hasattr(AdamW8bit, "_new_buffer"):
+        return AdamW8bit  # a torchao laid out otherwise than 0.18: its own loop, slower
+    return _compiled_once(AdamW8bit, update)
 
 
 def _compiled_once(
