@@ -428,30 +428,58 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int)
         optimizer.zero_grad(set_to_none=True)
 
 
-def test_eight_bit_moments_step_as_torchao_does_with_one_compiled_wrapper(
+def _step_on_fixed_gradients(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int
+) -> None:
+    for step in range(steps):
+        for index, parameter in enumerate(model.parameters()):
+            seed = torch.Generator().manual_seed(1000 * step + index)
+            parameter.grad = torch.randn(parameter.shape, generator=seed)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def test_eight_bit_moments_step_as_torchao_and_adamw_do_with_one_compiled_wrapper(
     harness: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The harness's loop over torchao's update gives torchao's own parameters and moments, bit
-    for bit, while torch.compile wraps the update once for all parameters and steps (torchao's
-    loop wraps it anew per parameter per step, a host cost that bound BERT's step)."""
+    """The harness's loop gives, bit for bit, torchao's parameters and moments where torchao
+    quantizes them (weights of 4,096 elements and more) and torch's multi-tensor AdamW's where
+    it keeps them in fp32 (the biases), while torch.compile wraps torchao's update once for all
+    parameters and steps (torchao's loop wraps it anew per parameter per step, a host cost that
+    bound BERT's step). Each parameter gets the same gradients in all three runs, so that one
+    kind's arithmetic does not reach the other through the network."""
     pytest.importorskip("torchao")
     from torchao.optim import AdamW8bit
 
-    theirs_model, mine_model = _mlp(width=256, depth=2), _mlp(width=256, depth=2)
-    mine_model.load_state_dict(theirs_model.state_dict())
-    theirs = AdamW8bit(theirs_model.parameters(), lr=0.01)
-    _train(theirs_model, theirs, steps=3)
+    torchao_model, adamw_model, mine_model = (_mlp(width=256, depth=2) for _ in range(3))
+    adamw_model.load_state_dict(torchao_model.state_dict())
+    mine_model.load_state_dict(torchao_model.state_dict())
+    torchao_optimizer = AdamW8bit(torchao_model.parameters(), lr=0.01)
+    adamw = torch.optim.AdamW(adamw_model.parameters(), lr=0.01, foreach=True)
+    _step_on_fixed_gradients(torchao_model, torchao_optimizer, steps=3)
+    _step_on_fixed_gradients(adamw_model, adamw, steps=3)
     wraps = []
     compile_ = torch.compile
     monkeypatch.setattr(torch, "compile", lambda *a, **kw: wraps.append(a) or compile_(*a, **kw))
     knobs = {"fused_optimizer": False, "optimizer_8bit": True}
     mine = harness.make_optimizer(torch.optim.AdamW, mine_model, knobs, lr=0.01)
-    _train(mine_model, mine, steps=3)
+    _step_on_fixed_gradients(mine_model, mine, steps=3)
     assert len(wraps) == 1
-    for a, b in zip(theirs_model.parameters(), mine_model.parameters(), strict=True):
-        assert torch.equal(a, b)
+    kinds = []
+    for theirs, own, ours in zip(
+        torchao_model.parameters(), adamw_model.parameters(), mine_model.parameters(), strict=True
+    ):
+        quantized = theirs.numel() >= 4096
+        kinds.append(quantized)
+        expected, state = (theirs, torchao_optimizer.state) if quantized else (own, adamw.state)
+        assert torch.equal(expected, ours)
         for key in ("exp_avg", "exp_avg_sq"):
-            assert torch.equal(theirs.state[a][key].dequantize(), mine.state[b][key].dequantize())
+            wanted, got = state[expected][key], mine.state[ours][key]
+            if quantized:
+                wanted, got = wanted.dequantize(), got.dequantize()
+            assert type(got) is torch.Tensor and torch.equal(wanted, got)
+        assert float(mine.state[ours]["step"]) == 3
+    assert set(kinds) == {True, False}  # both kinds were stepped
 
 
 def test_eight_bit_moments_keep_torchaos_own_loop_where_its_layout_differs(
