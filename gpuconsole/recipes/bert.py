@@ -223,7 +223,11 @@ def token_batches(knobs: dict[str, Any], rt: Runtime, padded: list[int]) -> Iter
         )
         padded.append(length)
         predictions = round_up(int(length * MASKED_FRACTION), PREDICTION_MULTIPLE)
-        on_device = lengths.to(rt.device, non_blocking=True)
+        # From pageable memory CUDA may wait for the stream before it copies (the runtime API's
+        # "API synchronization behavior"), which would hold the host until the last step is
+        # done; from pinned memory the copy is queued and the host goes on.
+        pinned = lengths.pin_memory() if rt.device.type == "cuda" else lengths
+        on_device = pinned.to(rt.device, non_blocking=True)
         keep = torch.arange(length, device=rt.device) < on_device[:, None]
         tokens = torch.randint(FIRST_WORD_TOKEN, vocab, (len(lengths), length), device=rt.device)
         tokens = tokens.masked_fill(~keep, 0)
