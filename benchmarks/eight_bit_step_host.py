@@ -95,7 +95,6 @@ def _every_tensor_compiled(compiled_once: type) -> type:
 
     class EveryTensorCompiled(compiled_once):
         def _adamws_own(self, parameter: torch.Tensor, group: dict) -> bool:
-            self._state(parameter, group)
             return False
 
     return EveryTensorCompiled

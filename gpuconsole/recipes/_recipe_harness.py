@@ -695,9 +695,9 @@ def _compiled_once(
     costs more than the update: 0.7 ms a parameter on a 2-core host, 140 ms a step for 198
     tensors, against 37 ms with the wrapper built once; for BERT's 153 parameters on an H100
     host, 38 ms of the step's host time against 4.5 (docs/benchmarks.md), and the compiled job's
-    step waited on it. The state, its quantization, the arithmetic and the
-    compiled code of the quantized tensors are torchao's; only the loop is this one, as
-    torchao's without distributed tensors (the recipes train on one device).
+    step waited on it. The state, its quantization, the arithmetic and the compiled code of the
+    quantized tensors are torchao's; only the loop is this one, as torchao's without distributed
+    tensors (the recipes train on one device).
 
     torchao quantizes only tensors of at least 4,096 elements in whole blocks; the others (102 of
     BERT's 153: biases and norms) keep fp32 moments, which are AdamW's own, so one call of
