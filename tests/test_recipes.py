@@ -355,6 +355,7 @@ def test_a_steady_figure_takes_more_steps_and_keeps_the_step_its_loss_is_read_at
     ("flags", "message"),
     [
         (("--activation-memory-budget", "0.5"), "is torch.compile's partitioner: add --compile"),
+        (("--compile-mode", "reduce-overhead"), "--compile-mode is torch.compile's: add --compile"),
         (("--activation-memory-budget", "0"), "not a share above 0"),
         (("--selective-checkpoint",), "add --checkpoint-every K"),
         (("--offload-optimizer", "--optimizer-in-backward"), "drop --optimizer-in-backward"),

@@ -235,6 +235,8 @@ def resolve_knobs(
     if knobs["precision"] == "fp16" and knobs["device"] == "cpu":
         raise RecipeError("usage", "fp16 needs --device cuda (GradScaler); use bf16 on a CPU")
     if not knobs["compile"]:
+        if args.compile_mode is not None:  # asked for, it would be dropped without a word
+            raise RecipeError("usage", "--compile-mode is torch.compile's: add --compile")
         knobs["compile_mode"] = None
     _check_memory_knobs(knobs)
     knobs["tf32"] = knobs["device"] == "cuda" and knobs["precision"] != "fp32"
