@@ -116,6 +116,18 @@ def test_a_compiled_job_is_tried_compiled_with_the_compilers_fixes(cpu_host) -> 
     assert "where the memory goes at the smallest peak" in text
 
 
+def test_the_compilers_fixes_on_an_eager_job_are_one_line(cpu_host) -> None:
+    """A memory budget and CUDA graphs need the job compiled: refused after the first trial
+    shows it eager, not reported as trials that failed and a target nothing met."""
+    done = gpuconsole("memory", "bert", *EAGER, "--fixes", "fp32,bf16+cuda-graphs,bf16",
+                      "--steps", "2", "--batch-probes", "0", *TINY, env=cpu_host)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        "gpuconsole: memory bert: --fixes bf16+cuda-graphs: torch.compile's fixes, and bert runs "
+        "eagerly here (--preset baseline or --no-compile): leave them out, or compile the job"
+    )
+
+
 def test_a_target_nothing_meets_says_so(cpu_host) -> None:
     done = gpuconsole("memory", "bert", *EAGER, "--target", "0.001", "--fixes",
                       "bf16+checkpoint", "--steps", "2", *TINY, env=cpu_host)  # fmt: skip
@@ -156,7 +168,7 @@ def test_bad_memory_arguments_are_one_line(cpu_host) -> None:
         "gpuconsole: --fixes 'bf16+zero3': unknown fix 'zero3' (checkpoint, checkpoint/K, "
         "selective-checkpoint, selective-checkpoint/K, memory-budget/F, compress-bf16, "
         "compress-fp8, expandable, optimizer-in-backward, optimizer-offload, optimizer-8bit, "
-        "micro-batch/N)"
+        "cuda-graphs, micro-batch/N)"
     )
     done = gpuconsole("memory", "bert", *TINY, "--batch-size", "4", env=cpu_host)
     assert done.returncode == 2 and "not after --" in done.stderr

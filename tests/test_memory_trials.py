@@ -180,11 +180,15 @@ def test_combinations_add_one_fix_at_a_time_least_intrusive_first() -> None:
 
 
 def _doctor_choice(
-    measured: dict[str, tuple[float, float, float]], target: float, compiled: bool = True
+    measured: dict[str, tuple[float, float, float]],
+    target: float,
+    compiled: bool = True,
+    graphs: bool = False,
 ) -> MemoryReport:
     """The doctor's choice after the first trials, a trial being a lookup in ``measured``
     (name: peak MiB, samples/s, loss); the names tried are the report's trials. A set not in
-    ``measured`` takes more than any card."""
+    ``measured`` takes more than any card. With ``graphs`` the doctor knows the job compiled on
+    CUDA, and tries CUDA graphs."""
     report = MemoryReport("gpu01", "bert", 32)
     report.trials = [trial(f, *measured[f.name][:2], loss=measured[f.name][2]) for f in
                      first_trials("bf16", compiled) if f.name in measured]  # fmt: skip
@@ -195,7 +199,8 @@ def _doctor_choice(
         report.trials.append(done)
         return done
 
-    asyncio.run(_choose(report, DoctorRequest("bert", target_gib=target / 1024), run, True))
+    request = DoctorRequest("bert", target_gib=target / 1024)
+    asyncio.run(_choose(report, request, run, True, compiled=compiled and graphs))
     return report
 
 
@@ -486,3 +491,55 @@ def test_the_adamw_recipes_are_those_whose_source_steps_adamw() -> None:
         if "make_optimizer(torch.optim.AdamW" in path.read_text().replace("\n", "")
     }
     assert stepping == ADAMW_RECIPES
+
+
+# --- CUDA graphs -------------------------------------------------------------------------------
+
+
+def test_cuda_graphs_are_the_compilers_reduce_overhead_mode_and_not_with_compression() -> None:
+    fixes = parse_fixes("bf16+checkpoint+expandable+optimizer-8bit+cuda-graphs")
+    assert fixes.cuda_graphs and fixes.count == 5
+    assert fixes.name == "bf16+checkpoint+expandable+optimizer-8bit+cuda-graphs"
+    arguments = fixes.arguments(32)
+    assert arguments[arguments.index("--compile-mode") + 1] == "reduce-overhead"
+    assert "--compile-mode" not in replace(fixes, cuda_graphs=False).arguments(32)
+    with pytest.raises(ValueError, match="compression runs eagerly: choose one"):
+        parse_fixes("bf16+compress-fp8+cuda-graphs")
+
+
+# The H100's shape: checkpointing with 8-bit moments fits 2,430 MiB but the host holds its step
+# back; CUDA graphs take a little more memory.
+FITS_SLOWLY = {
+    **LADDER,
+    "bf16+checkpoint+expandable+optimizer-8bit": (2_300.0, 560.0, 10.465),
+    "bf16+checkpoint+optimizer-8bit": (2_590.0, 660.0, 10.465),
+}
+EIGHT = "bf16+checkpoint+expandable+optimizer-8bit"
+
+
+@pytest.mark.parametrize(
+    ("graphs", "recommended"),
+    [
+        ((2_350.0, 760.0, 10.465), EIGHT + "+cuda-graphs"),  # fits and is faster: taken
+        ((2_350.0, 565.0, 10.465), EIGHT),  # within SAME_SPEED: the set with fewer fixes
+        ((2_500.0, 760.0, 10.465), EIGHT),  # faster but over the target
+    ],
+    ids=["faster", "same-speed", "too-big"],
+)
+def test_where_the_job_compiles_on_cuda_the_recommended_set_is_tried_with_cuda_graphs(
+    graphs: tuple[float, float, float], recommended: str
+) -> None:
+    report = _doctor_choice({**FITS_SLOWLY, EIGHT + "+cuda-graphs": graphs}, 2_430.0, graphs=True)
+    assert _tried(report)[-1] == EIGHT + "+cuda-graphs"  # once, after the climb
+    assert _tried(report).count(EIGHT + "+cuda-graphs") == 1
+    assert report.recommended.fixes.name == recommended
+
+
+def test_cuda_graphs_are_not_tried_on_an_eager_job_or_with_compression() -> None:
+    eager = _doctor_choice(FITS_SLOWLY, 2_430.0, compiled=False, graphs=True)
+    assert not any("cuda-graphs" in name for name in _tried(eager))
+    compressed = {**LADDER, "bf16+checkpoint+compress-bf16+expandable+optimizer-offload": (
+        1_700.0, 250.0, 10.465)}  # fmt: skip
+    report = _doctor_choice(compressed, 1_750.0, graphs=True)
+    assert report.recommended.fixes.compress == "bf16"
+    assert not any("cuda-graphs" in name for name in _tried(report))

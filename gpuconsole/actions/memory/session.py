@@ -189,13 +189,15 @@ async def run_doctor(
             first = await trial(baseline)
             if not first.ok and first.error_kind != "oom":
                 raise MemoryDoctorError(f"{request.recipe} on {target.name}: {first.error}")
+            _refuse_compilers_fixes_on_an_eager_job(first, listed, request.recipe)
             cuda = first.source.startswith("CUDA")
             explore = request.only is None
             if explore:
                 listed = first_trials(request.amp, bool(first.compiled), allocator=cuda)[1:]
             for fixes in listed:
                 await trial(fixes)
-            await _choose(report, request, trial, allocator=cuda, explore=explore)
+            compiled = bool(first.compiled)
+            await _choose(report, request, trial, cuda, explore=explore, compiled=compiled)
             await _repeat(report, request, trial)
             if cuda:
                 await _record_sites(report, runner)
@@ -207,18 +209,35 @@ async def run_doctor(
     return report
 
 
+def _refuse_compilers_fixes_on_an_eager_job(
+    first: Trial, listed: Sequence[Fixes], recipe: str
+) -> None:
+    """The sets given that only a compiled job can run (a memory budget, CUDA graphs), refused
+    once the first trial shows the job runs eagerly, rather than each failing as a trial."""
+    if first.compiled is not False:
+        return
+    names = [f.name for f in listed if f.cuda_graphs or f.memory_budget is not None]
+    if names:
+        raise MemoryDoctorError(
+            f"--fixes {', '.join(names)}: torch.compile's fixes, and {recipe} runs eagerly "
+            "here (--preset baseline or --no-compile): leave them out, or compile the job"
+        )
+
+
 async def _choose(
     report: MemoryReport,
     request: DoctorRequest,
     trial: Callable[..., Any],
     allocator: bool,
     explore: bool = True,
+    compiled: bool = False,
 ) -> None:
     """The checkpoint interval and the compiler's memory budget for the target; when nothing
     tried fits, the smallest activation fix with more fixes added one at a time (`combinations`)
     up to the first set that fits, and that set less each fix it may not need (`leaner`); the
-    recommendation; the largest batch. Sets given by the user (not ``explore``) are only chosen
-    among."""
+    recommendation, and where the job is ``compiled`` on CUDA (an ``allocator``) the same set
+    with CUDA graphs (`_with_cuda_graphs`); the largest batch. Sets given by the user (not
+    ``explore``) are only chosen among."""
     target = _target_mib(request, report.trials)
     report.target_mib = target
     if target is None:
@@ -241,11 +260,28 @@ async def _choose(
                         await trial(lean)
                 break
         report.recommended = recommend(report.trials, target)
+    if explore and compiled and allocator:
+        await _with_cuda_graphs(report, target, trial)
     chosen = report.recommended or _smallest(report.trials)
     if chosen is not None and report.batch_size and request.schedule.batch_probes:
         report.largest_batch = await _largest_batch(
             chosen, report.batch_size, target, trial, request.schedule.batch_probes
         )
+
+
+async def _with_cuda_graphs(report: MemoryReport, target: float, trial: Callable[..., Any]) -> None:
+    """The recommended set again with its compiled graphs replayed as CUDA graphs, recommended
+    instead where it still fits and is faster (by more than `SAME_SPEED`, as any added fix must
+    be). The fixes that fit a tight target (checkpointing, 8-bit moments) add host work to each
+    step, and a compiled step whose host cannot keep up loses what the GPU could do; CUDA
+    graphs launch each graph at once. Not with compression, which runs eagerly."""
+    chosen = report.recommended
+    if chosen is None or chosen.fixes.compress or chosen.fixes.cuda_graphs:
+        return
+    graphs = replace(chosen.fixes, cuda_graphs=True)
+    if _find(report.trials, graphs) is None:
+        await trial(graphs)
+    report.recommended = recommend(report.trials, target)
 
 
 async def _estimated(

@@ -62,6 +62,11 @@ class Fixes:
     optimizer_8bit: bool = False
     """AdamW's two moments kept in 8 bits (torchao's AdamW8bit): a quarter of their memory,
     a change of arithmetic whose loss is compared with the same set's without it."""
+    cuda_graphs: bool = False
+    """The compiled graphs replayed as CUDA graphs (torch.compile's ``reduce-overhead`` mode):
+    one launch per graph instead of one per kernel, for a step the host cannot keep up with
+    (a checkpointed compiled step is one). A speed fix: it saves no memory, and its graphs'
+    private memory pool may cost some."""
     micro_batches: int = 1
     """The batch split into this many micro-batches, gradients accumulated over them."""
     batch_size: int | None = None
@@ -86,6 +91,8 @@ class Fixes:
             parts.append("optimizer-offload")
         if self.optimizer_8bit:
             parts.append("optimizer-8bit")
+        if self.cuda_graphs:
+            parts.append("cuda-graphs")
         if self.micro_batches > 1:
             parts.append(f"micro-batch/{self.micro_batches}")
         if self.batch_size is not None:
@@ -105,6 +112,7 @@ class Fixes:
                 self.optimizer_in_backward,
                 self.offload_optimizer,
                 self.optimizer_8bit,
+                self.cuda_graphs,
                 self.micro_batches > 1,
             )
         )
@@ -131,6 +139,8 @@ class Fixes:
             args.append("--offload-optimizer")
         if self.optimizer_8bit:
             args.append("--optimizer-8bit")
+        if self.cuda_graphs:
+            args += ["--compile-mode", "reduce-overhead"]
         return args
 
 
@@ -139,12 +149,13 @@ SWITCHES = {
     "optimizer-in-backward": "optimizer_in_backward",
     "optimizer-offload": "offload_optimizer",
     "optimizer-8bit": "optimizer_8bit",
+    "cuda-graphs": "cuda_graphs",
 }
 """The fixes that are on or off, by name: the field of `Fixes` each sets."""
 FIX_WORDS = (
     "checkpoint, checkpoint/K, selective-checkpoint, selective-checkpoint/K, memory-budget/F, "
     "compress-bf16, compress-fp8, expandable, optimizer-in-backward, optimizer-offload, "
-    "optimizer-8bit, micro-batch/N"
+    "optimizer-8bit, cuda-graphs, micro-batch/N"
 )
 
 
@@ -204,6 +215,8 @@ def _conflict(fixes: Fixes) -> str | None:
         return "optimizer-offload already steps each block in backward, on the host: choose one"
     if fixes.memory_budget is not None and fixes.compress:
         return "memory-budget/F is the compiler's, compression runs eagerly: choose one"
+    if fixes.cuda_graphs and fixes.compress:
+        return "cuda-graphs replays compiled graphs, compression runs eagerly: choose one"
     return None
 
 
