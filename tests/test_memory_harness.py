@@ -420,14 +420,6 @@ def test_eight_bit_moments_hold_a_quarter_of_adamws_and_step_as_it_does(
     assert (mine - theirs).abs().mean() < 0.05 * theirs.abs().mean()
 
 
-def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int) -> None:
-    for step in range(steps):
-        x = torch.randn(16, 256, generator=torch.Generator().manual_seed(step))
-        model(x).square().mean().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-
 def _step_on_fixed_gradients(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int
 ) -> None:

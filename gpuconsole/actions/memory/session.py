@@ -190,13 +190,12 @@ async def run_doctor(
             if not first.ok and first.error_kind != "oom":
                 raise MemoryDoctorError(f"{request.recipe} on {target.name}: {first.error}")
             _refuse_compilers_fixes_on_an_eager_job(first, listed, request.recipe)
-            cuda = first.source.startswith("CUDA")
+            cuda, compiled = first.source.startswith("CUDA"), bool(first.compiled)
             explore = request.only is None
             if explore:
-                listed = first_trials(request.amp, bool(first.compiled), allocator=cuda)[1:]
+                listed = first_trials(request.amp, compiled, allocator=cuda)[1:]
             for fixes in listed:
                 await trial(fixes)
-            compiled = bool(first.compiled)
             await _choose(report, request, trial, cuda, explore=explore, compiled=compiled)
             await _repeat(report, request, trial)
             if cuda:
