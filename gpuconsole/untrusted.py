@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gpuconsole.fields import INDEX, MAX_GPUS, MEMORY_MIB, PERCENT, bounded
 from gpuconsole.model import (
     EccCounts,
     GpuProcess,
@@ -42,8 +43,6 @@ from gpuconsole.model import (
 
 MAX_TEXT_CHARS = 4096
 """Strings from outside (names, command lines, messages) are cut to this many characters."""
-MAX_GPUS = 1024
-"""GPU indices run 0 … MAX_GPUS - 1; a host reporting more GPUs keeps the first MAX_GPUS."""
 MAX_PROCESSES = 4096
 """Processes kept per reading; the rest are counted as left out."""
 MAX_TOPOLOGY_GPUS = 32
@@ -54,18 +53,7 @@ MAX_NAME_CHARS = 253
 """Names of owners (a pod, its namespace and container, a Docker container, a scheduler's node)
 are cut to this: Kubernetes' longest name (a DNS subdomain), longer than Docker's and Slurm's."""
 
-_MEMORY_MIB = (0.0, float(1 << 24))  # 16 TiB: far above any GPU's memory
-_PCT = (0.0, 100.0)
-_CLOCK_MHZ = (0.0, 20_000.0)
-_POWER_W = (0.0, 10_000.0)
-_TEMPERATURE_C = (-50.0, 200.0)
-_PCIE_KIB_S = (0.0, float(1 << 30))  # 1 TiB/s: PCIe 8.0 ×32 (the most `_PCIE_NUMBERS` allows)
-_COUNT = (0, 1 << 48)  # ECC counters are 64-bit; a real one never nears 2**48
-_INDEX = (0, MAX_GPUS - 1)
 
-
-# Numeric fields of each model class: the range a real reading falls in, and whether it must be a
-# whole number. NVML documents that fan speed "may exceed 100%" (nvmlDeviceGetFanSpeed).
 class _Ranges:
     """Numeric fields of one model class: the range a real reading falls in, and whether it must
     be a whole number; read together (one attrgetter) because most readings pass them all."""
@@ -81,31 +69,7 @@ class _Ranges:
         )
 
 
-_GPU_NUMBERS = _Ranges(
-    {
-        "utilization_pct": (_PCT, False),
-        "memory_utilization_pct": (_PCT, False),
-        "memory_used_mib": (_MEMORY_MIB, False),
-        "memory_total_mib": (_MEMORY_MIB, False),
-        "temperature_c": (_TEMPERATURE_C, False),
-        "slowdown_temperature_c": (_TEMPERATURE_C, False),
-        "shutdown_temperature_c": (_TEMPERATURE_C, False),
-        "power_w": (_POWER_W, False),
-        "power_limit_w": (_POWER_W, False),
-        "power_limit_min_w": (_POWER_W, False),
-        "power_limit_max_w": (_POWER_W, False),
-        "power_limit_default_w": (_POWER_W, False),
-        "sm_clock_mhz": (_CLOCK_MHZ, False),
-        "sm_clock_max_mhz": (_CLOCK_MHZ, False),
-        "sm_clock_application_mhz": (_CLOCK_MHZ, False),
-        "memory_clock_mhz": (_CLOCK_MHZ, False),
-        "memory_clock_max_mhz": (_CLOCK_MHZ, False),
-        "memory_clock_application_mhz": (_CLOCK_MHZ, False),
-        "pcie_tx_kib_s": (_PCIE_KIB_S, False),
-        "pcie_rx_kib_s": (_PCIE_KIB_S, False),
-        "fan_pct": ((0.0, 200.0), False),
-    }
-)
+_GPU_NUMBERS = _Ranges(bounded())
 _GPU_TEXTS = (
     "name",
     "uuid",
@@ -117,34 +81,25 @@ _GPU_TEXTS = (
     "compute_mode",
 )
 _GPU_FLAGS = ("persistence_mode", "mig_mode", "retired_pages_pending")
-_ECC_NUMBERS = _Ranges({f.name: (_COUNT, True) for f in dataclasses.fields(EccCounts)})
-_REMAP_NUMBERS = _Ranges(
-    {"correctable": ((0, 1 << 20), True), "uncorrectable": ((0, 1 << 20), True)}
-)
-_PCIE_NUMBERS = _Ranges(
-    {
-        "gen": ((1, 8), True),
-        "max_gen": ((1, 8), True),
-        "width": ((1, 32), True),
-        "max_width": ((1, 32), True),
-    }
-)
+_ECC_NUMBERS = _Ranges(bounded("ecc"))
+_REMAP_NUMBERS = _Ranges(bounded("remap"))
+_PCIE_NUMBERS = _Ranges(bounded("pcie"))
 _MIG_NUMBERS = _Ranges(
     {
-        "compute_instance_id": (_INDEX, True),
-        "memory_total_mib": (_MEMORY_MIB, False),
-        "memory_used_mib": (_MEMORY_MIB, False),
+        "compute_instance_id": (INDEX, True),
+        "memory_total_mib": (MEMORY_MIB, False),
+        "memory_used_mib": (MEMORY_MIB, False),
     }
 )
 _TIME = (0.0, float(1 << 34))  # seconds since the epoch: 1970 … the year 2514
 _PROCESS_NUMBERS = _Ranges(
     {
-        "used_memory_mib": (_MEMORY_MIB, False),
-        "mig_instance": (_INDEX, True),
+        "used_memory_mib": (MEMORY_MIB, False),
+        "mig_instance": (INDEX, True),
         "started": (_TIME, False),
     }
 )
-_LOAD_NUMBERS = _Ranges({f.name: (_PCT, False) for f in dataclasses.fields(ProcessLoad)})
+_LOAD_NUMBERS = _Ranges({f.name: (PERCENT, False) for f in dataclasses.fields(ProcessLoad)})
 _POD_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}")
 """A pod's uid: a UUID, or a static pod's 32-hex manifest hash."""
 _SLURM_JOB_ID = (1, (1 << 32) - 1)
@@ -352,7 +307,7 @@ def _gpus(
     seen: set[int] = set()
     changed = False
     for gpu in gpus:
-        index = vet.number("GPU index", getattr(gpu, "index", None), _INDEX, True)
+        index = vet.number("GPU index", getattr(gpu, "index", None), INDEX, True)
         if not isinstance(gpu, GpuState) or index is None or index in seen:
             if isinstance(gpu, GpuState) and index in seen:
                 vet.bad("GPU index", index, "repeated")
@@ -429,7 +384,7 @@ def _mig(
     kept, changed = [], False
     for instance in instances[:MAX_GPUS]:
         gi = vet.number(
-            f"{where} MIG instance id", getattr(instance, "gpu_instance_id", None), _INDEX, True
+            f"{where} MIG instance id", getattr(instance, "gpu_instance_id", None), INDEX, True
         )
         if not isinstance(instance, MigInstance) or gi is None:
             changed = True
@@ -461,7 +416,7 @@ def _process(vet: _Vetting, process: GpuProcess) -> GpuProcess | None:
         vet.bad("a process", process, "is not a process")
         return None
     pid = vet.number("process pid", process.pid, _PID, True)
-    gpu = vet.number(f"process {pid} GPU", process.gpu, _INDEX, True)
+    gpu = vet.number(f"process {pid} GPU", process.gpu, INDEX, True)
     if pid is None or gpu is None:
         return None  # a process that cannot be told apart or placed is left out, counted
     where = f"process {pid}"
@@ -582,7 +537,7 @@ def _xids(vet: _Vetting, events: tuple[XidEvent, ...]) -> tuple[XidEvent, ...] |
             changed = True
             continue
         xid = vet.number("XID", event.xid, (0, 1 << 16), True)
-        gpu = vet.number(f"XID {xid} GPU", event.gpu, _INDEX, True)
+        gpu = vet.number(f"XID {xid} GPU", event.gpu, INDEX, True)
         time = vet.number(f"XID {xid} time", event.time, _TIME, False)
         if xid is None or time is None or (event.gpu is not None and gpu is None):
             changed = True

@@ -202,10 +202,17 @@ def test_xml_entities_refused() -> None:
         parse_xml(laughs, "h200", 0.0)
 
 
-def test_xml_bad_number_names_the_field() -> None:
+def test_xml_bad_number_is_na_with_a_note_naming_the_field() -> None:
     text = fixture("h200-q.xml").replace("<gpu_util>0 %</gpu_util>", "<gpu_util>lots</gpu_util>")
-    with pytest.raises(SmiParseError, match=r"GPU 0 utilization/gpu_util: 'lots' is not a number"):
-        parse_xml(text, "h200", 0.0)
+    snapshot = parse_xml(text, "h200", 0.0)
+    (gpu,) = snapshot.gpus
+    assert gpu.utilization_pct is None
+    assert (
+        gpu.memory_total_mib
+        == parse_xml(fixture("h200-q.xml"), "h200", 0.0).gpus[0].memory_total_mib
+    )
+    assert snapshot.bad_values == 1
+    assert snapshot.bad_value_notes == ("GPU 0 utilization/gpu_util: 'lots' is not a number",)
 
 
 # --- -q text -------------------------------------------------------------------------------------
@@ -307,17 +314,29 @@ def test_query_gpu_fields_all_parse() -> None:
     assert gpu.index == 1 and gpu.name is None and gpu.ecc is None and gpu.pcie is None
 
 
+def test_query_gpu_csv_malformed() -> None:
+    with pytest.raises(SmiParseError, match="CSV row 1 has 3 values for 2 fields"):
+        parse_query_gpu_csv("index, utilization.gpu [%]\n0, 45 %, 3\n")
+
+
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("text", "note"),
     [
-        ("index, utilization.gpu [%]\n0, 45 %, 3\n", "CSV row 1 has 3 values for 2 fields"),
-        ("index, utilization.gpu [%]\n0, busy\n", "GPU row 0 utilization.gpu: 'busy' is not"),
-        ("index, clocks_event_reasons.active\n0, 0xZZ\n", "'0xZZ' is not a bit mask"),
+        (
+            "index, utilization.gpu [%], power.draw [W]\n0, busy, 80 W\n",
+            "GPU row 0 utilization.gpu: 'busy' is not a number",
+        ),
+        (
+            "index, clocks_event_reasons.active, power.draw [W]\n0, 0xZZ, 80 W\n",
+            "GPU row 0 clocks_event_reasons.active: '0xZZ' is not a bit mask",
+        ),
     ],
 )
-def test_query_gpu_csv_malformed(text: str, message: str) -> None:
-    with pytest.raises(SmiParseError, match=message):
-        parse_query_gpu_csv(text)
+def test_query_gpu_csv_value_that_is_not_one_is_na_alone(text: str, note: str) -> None:
+    notes: list[str] = []
+    (gpu,) = parse_query_gpu_csv(text, notes=notes)
+    assert (gpu.utilization_pct, gpu.throttle_reasons, gpu.power_w) == (None, None, 80.0)
+    assert notes == [note]
 
 
 def test_compute_apps_csv() -> None:

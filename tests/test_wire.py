@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import ast
 import json
 import shlex
@@ -40,7 +42,7 @@ NOW = 1_767_225_600.0
 
 
 def line(kind: str, **fields: object) -> str:
-    return json.dumps({"v": 1, "type": kind, **fields}) + "\n"
+    return json.dumps({"v": 2, "type": kind, **fields}) + "\n"
 
 
 def hello(mode: str = "nvml", **fields: object) -> str:
@@ -200,7 +202,7 @@ def test_agent_command_refuses_what_the_agent_would(arguments: tuple, message: s
 def test_a_command_is_one_json_line_with_the_version() -> None:
     encoded = encode_command({"cmd": "signal", "id": 3, "pid": 9, "command": "a\nb"})
     assert encoded.endswith(b"\n") and encoded.count(b"\n") == 1
-    assert json.loads(encoded) == {"v": 1, "cmd": "signal", "id": 3, "pid": 9, "command": "a\nb"}
+    assert json.loads(encoded) == {"v": 2, "cmd": "signal", "id": 3, "pid": 9, "command": "a\nb"}
 
 
 # --- hello, error, reply -------------------------------------------------------------------------
@@ -319,28 +321,53 @@ def test_smi_reading_without_proc_details_keeps_the_process_name(stream: AgentSt
 
 # --- malformed lines -----------------------------------------------------------------------------
 
-GPU_WITH_TEXT_UTILIZATION = nvml_gpu(utilization_pct="99")
+
+@pytest.mark.parametrize(
+    ("entry", "field", "note"),
+    [
+        (
+            {"utilization_pct": "99"},
+            "utilization_pct",
+            "a GPU utilization_pct is '99', not a number",
+        ),
+        ({"power_w": True}, "power_w", "a GPU power_w is True, not a number"),
+        ({"pstate": 0.5}, "pstate", "a GPU pstate is 0.5, not a whole number"),
+        ({"ecc": [0, 1]}, "ecc", "a GPU ecc is not an object"),
+        ({"mig_instances": [{"name": "x"}]}, "mig_instances", "a MIG instance has no gpu_inst"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_na_alone(
+    stream: AgentStream, entry: dict[str, object], field: str, note: str
+) -> None:
+    event = greeted(stream).feed(reading(gpus=[nvml_gpu(**entry)]))
+    assert isinstance(event, Reading), stream.last_malformed
+    (gpu,) = event.snapshot.gpus
+    whole = greeted(AgentStream("rack1-node7", ManualClock(NOW))).feed(reading())
+    assert isinstance(whole, Reading)
+    assert getattr(gpu, field) in (None, ())
+    assert (
+        dataclasses.replace(gpu, **{field: getattr(whole.snapshot.gpus[0], field)})
+        == (whole.snapshot.gpus[0])
+    )
+    assert event.snapshot.bad_values == 1
+    assert event.snapshot.bad_value_notes[0].startswith(note)
 
 
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ('{"v": 1, "type": "hello"', "not JSON"),
+        ('{"v": 2, "type": "hello"', "not JSON"),
         ("[1, 2, 3]", "the line is not an object"),
-        ('{"v": 1, "type": "error", "message": NaN}', "not JSON"),
+        ('{"v": 2, "type": "error", "message": NaN}', "not JSON"),
         ("[" * 100_000 + "]" * 100_000, "not JSON"),
-        (line("error", message="m").replace('"v": 1', '"v": 2'), "protocol version 2, not 1"),
-        (line("error", message="m").replace('"v": 1', '"v": "1"'), "v is '1', not a whole"),
-        (line("error", message="m").replace('"v": 1, ', ""), "the line has no v"),
+        (line("error", message="m").replace('"v": 2', '"v": 1'), "protocol version 1, not 2"),
+        (line("error", message="m").replace('"v": 2', '"v": "2"'), "v is '2', not a whole"),
+        (line("error", message="m").replace('"v": 2, ', ""), "the line has no v"),
         (line("goodbye"), "unknown type 'goodbye'"),
         (line("error", time=HOST_TIME), "the line has no message"),
         (line("reply", id=1, ok="yes", message="m"), "ok is 'yes', not true or false"),
         (hello(mode="cuda"), "hello mode is 'cuda'"),
         (hello(agent_pid="4242"), "agent_pid is '4242', not a whole number"),
-        (reading(gpus=[GPU_WITH_TEXT_UTILIZATION]), "utilization_pct is '99', not a number"),
-        (reading(gpus=[nvml_gpu(power_w=True)]), "power_w is True, not a number"),
-        (reading(gpus=[nvml_gpu(pstate=0.5)]), "pstate is 0.5, not a whole number"),
-        (reading(gpus=[nvml_gpu(ecc=[0, 1])]), "ecc is not an object"),
         (reading(gpus=[{"name": "no index"}]), "a GPU has no index"),
         (reading(gpus="all"), "gpus is 'all', not a list"),
         (reading(processes=[nvml_process(pid=None)]), "a process has no pid"),

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MARKER = "gpuconsole-agent"
 MODES = ("auto", "nvml", "smi", "sim")
 MIN_INTERVAL_S = 0.1

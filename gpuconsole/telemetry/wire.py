@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
 
 from gpuconsole.clock import Clock, wall_clock
+from gpuconsole.fields import FIELDS, Field
 from gpuconsole.model import (
     EccCounts,
     GpuProcess,
     GpuState,
     HostSnapshot,
     KubePod,
+    MigInstance,
     PcieLink,
     ProcessLoad,
     RowRemap,
@@ -33,7 +35,13 @@ from gpuconsole.model import (
     Topology,
 )
 from gpuconsole.telemetry.containers import container_of
-from gpuconsole.telemetry.nvml.mapping import compute_mode_name, pstate_name, throttle_codes
+from gpuconsole.telemetry.nvml.mapping import (
+    compute_mode_name,
+    mig_profile,
+    pstate_name,
+    recovery_action_name,
+    throttle_codes,
+)
 from gpuconsole.telemetry.smi.query import (
     QUERY_COMPUTE_APPS_FIELDS,
     QUERY_GPU_FIELDS,
@@ -45,7 +53,7 @@ from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
 from gpuconsole.untrusted import MAX_NOTES, MAX_TEXT_CHARS, vetted, visible
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 AGENT_MARKER = "gpuconsole-agent"
 MODES = ("auto", "nvml", "smi", "sim")
 MAX_LINE_CHARS = 1 << 20
@@ -271,6 +279,8 @@ class AgentStream:
         self.mode: str | None = None
         self._hello: Hello | None = None
         self._rows: list[GpuState] = []
+        self._notes: list[str] = []
+        """The bad values of the rows in ``_rows``."""
         self._gpu_count: int | None = None
 
     def feed(self, line: str) -> Event | None:
@@ -347,7 +357,7 @@ class AgentStream:
         if line.has("gpu_csv"):
             gpus, processes = _smi_reading(line, extras, jobs, notes)
         else:
-            gpus = [_gpu(_Fields(entry, "a GPU")) for entry in line.list_of("gpus")]
+            gpus = [_gpu(_Fields(entry, "a GPU"), notes) for entry in line.list_of("gpus")]
             processes = [_process(entry, jobs, notes) for entry in extras]
         node = _added(notes, lambda: _node(line.fields("node")))
         snapshot = HostSnapshot(
@@ -368,11 +378,12 @@ class AgentStream:
     # --- the no-python3 fallback: nvidia-smi -lms CSV rows --------------------------------------
 
     def _csv_row(self, text: str) -> Reading | None:
+        notes: list[str] = []
         try:
-            rows = parse_query_gpu_csv(text, QUERY_GPU_FIELDS)
+            rows = parse_query_gpu_csv(text, QUERY_GPU_FIELDS, notes)
         except (SmiParseError, csv.Error) as error:
             raise _Malformed(f"neither JSON nor a row of nvidia-smi's CSV ({error})") from None
-        if len(rows) != 1:
+        if len(rows) != 1 or any(note.startswith("GPU row 0 index:") for note in notes):
             raise _Malformed("neither JSON nor a row of nvidia-smi's CSV")
         (gpu,) = rows
         self.mode = "smi-stream"
@@ -381,6 +392,7 @@ class AgentStream:
             self._gpu_count = self._gpu_count or len(self._rows)
             reading = self._stream_reading()
         self._rows.append(gpu)
+        self._notes += notes
         if self._gpu_count is not None and len(self._rows) >= self._gpu_count:
             # On a one-GPU host this row completes a tick just as the previous one was closed:
             # the newer reading is the one worth passing on.
@@ -389,7 +401,15 @@ class AgentStream:
 
     def _stream_reading(self) -> Reading:
         gpus, self._rows = tuple(self._rows), []
-        snapshot = HostSnapshot(self.host, self._clock(), gpus, source="smi-stream")
+        notes, self._notes = self._notes, []
+        snapshot = HostSnapshot(
+            self.host,
+            self._clock(),
+            gpus,
+            source="smi-stream",
+            bad_values=len(notes),
+            bad_value_notes=tuple(notes[:MAX_NOTES]),
+        )
         return Reading(vetted(snapshot), None)
 
 
@@ -408,73 +428,89 @@ def _topology(text: str | None) -> Topology | None:
         return None
 
 
-def _gpu(gpu: _Fields) -> GpuState:
-    """An nvml- or sim-mode GPU entry, NVML's codes turned into the model's words."""
-    mask = gpu.integer("throttle_mask")
-    return GpuState(
-        index=gpu.required_integer("index"),
-        name=gpu.text("name"),
-        uuid=gpu.text("uuid"),
-        pci_bus_id=gpu.text("pci_bus_id"),
-        utilization_pct=gpu.number("utilization_pct"),
-        memory_utilization_pct=gpu.number("memory_utilization_pct"),
-        memory_used_mib=gpu.number("memory_used_mib"),
-        memory_total_mib=gpu.number("memory_total_mib"),
-        temperature_c=gpu.number("temperature_c"),
-        slowdown_temperature_c=gpu.number("slowdown_temperature_c"),
-        power_w=gpu.number("power_w"),
-        power_limit_w=gpu.number("power_limit_w"),
-        sm_clock_mhz=gpu.number("sm_clock_mhz"),
-        sm_clock_max_mhz=gpu.number("sm_clock_max_mhz"),
-        memory_clock_mhz=gpu.number("memory_clock_mhz"),
-        memory_clock_max_mhz=gpu.number("memory_clock_max_mhz"),
-        pstate=pstate_name(gpu.integer("pstate")),
-        fan_pct=gpu.number("fan_pct"),
-        throttle_reasons=None if mask is None else throttle_codes(mask),
-        ecc=_ecc(gpu.fields("ecc")),
-        remap=_remap(gpu.fields("remap")),
-        pcie=_pcie(gpu.fields("pcie")),
-        persistence_mode=gpu.flag("persistence_mode"),
-        compute_mode=compute_mode_name(gpu.integer("compute_mode")),
-        mig_mode=gpu.flag("mig_mode"),
-        lost=bool(gpu.flag("lost")),
+_CODES: dict[str, Callable[[int | None], str | None]] = {
+    "pstate": pstate_name,
+    "compute_mode": compute_mode_name,
+    "recovery_action": recovery_action_name,
+}
+"""The fields the agent sends as NVML's numbers, each with the word the model holds."""
+_PARTS = {"ecc": EccCounts, "remap": RowRemap, "pcie": PcieLink}
+
+
+def _value(entry: _Fields, spec: Field, key: str) -> object:
+    """One field of an nvml- or sim-mode entry as the field table says it is sent."""
+    if spec.kind == "text":
+        return entry.text(key)
+    if spec.kind == "number":
+        return entry.number(key)
+    if spec.kind == "whole":
+        return entry.integer(key)
+    if spec.kind == "flag":
+        return entry.flag(key)
+    if spec.kind == "code":
+        return _CODES[spec.name](entry.integer(key))
+    if spec.kind == "reasons":
+        mask = entry.integer(key)
+        return None if mask is None else throttle_codes(mask)
+    if spec.kind == "instances":
+        return tuple(_mig(_Fields(item, "a MIG instance")) for item in entry.list_of(key))
+    raise AssertionError(f"{spec.name}: no wire reading for kind {spec.kind}")
+
+
+def _gpu(gpu: _Fields, notes: list[str]) -> GpuState:
+    """An nvml- or sim-mode GPU entry, every field of the field table read alone: one that is not
+    what the protocol says is N/A, with a note in ``notes``; NVML's codes become the model's
+    words. An entry without an index cannot be placed: the reading is malformed."""
+    values: dict[str, Any] = {"index": gpu.required_integer("index")}
+    parts: dict[str, dict[str, Any]] = {part: {} for part in _PARTS}
+    sections = {part: _added(notes, lambda part=part: gpu.fields(part)) for part in _PARTS}
+    for spec in FIELDS:
+        if spec.name in ("index", "lost") or (spec.part is None and not gpu.has(spec.wire_key)):
+            continue
+        if spec.part is None:
+            values[spec.name] = _added(notes, lambda spec=spec: _value(gpu, spec, spec.wire_key))
+            continue
+        section = sections[spec.part]
+        if section is not None:
+            parts[spec.part][spec.attribute] = _added(
+                notes, lambda spec=spec, section=section: _value(section, spec, spec.wire_key)
+            )
+    for part, kind in _PARTS.items():
+        reading = kind(**{f.name: None for f in dataclasses.fields(kind)} | parts[part])
+        values[part] = None if all(v is None for v in parts[part].values()) else reading
+    if values.get("mig_instances") is None:
+        values["mig_instances"] = ()
+    values["lost"] = bool(_added(notes, lambda: gpu.flag("lost")))
+    return GpuState(**values)
+
+
+def _mig(instance: _Fields) -> MigInstance:
+    """A MIG instance: its ids, memory and UUID, and the profile from its device's name."""
+    return MigInstance(
+        gpu_instance_id=instance.required_integer("gpu_instance_id"),
+        compute_instance_id=instance.integer("compute_instance_id"),
+        profile=mig_profile(instance.text("name")),
+        memory_total_mib=instance.number("memory_total_mib"),
+        memory_used_mib=instance.number("memory_used_mib"),
+        uuid=instance.text("uuid"),
     )
 
 
-def _ecc(ecc: _Fields | None) -> EccCounts | None:
-    if ecc is None:
-        return None
-    counts = EccCounts(
-        volatile_corrected=ecc.integer("volatile_corrected"),
-        volatile_uncorrected=ecc.integer("volatile_uncorrected"),
-        aggregate_corrected=ecc.integer("aggregate_corrected"),
-        aggregate_uncorrected=ecc.integer("aggregate_uncorrected"),
-    )
-    return None if counts == EccCounts() else counts
-
-
-def _remap(remap: _Fields | None) -> RowRemap | None:
-    if remap is None:
-        return None
-    rows = RowRemap(
-        correctable=remap.integer("correctable"),
-        uncorrectable=remap.integer("uncorrectable"),
-        pending=remap.flag("pending"),
-        failure=remap.flag("failure"),
-    )
-    return None if rows == RowRemap() else rows
-
-
-def _pcie(pcie: _Fields | None) -> PcieLink | None:
-    if pcie is None:
-        return None
-    link = PcieLink(
-        gen=pcie.integer("gen"),
-        width=pcie.integer("width"),
-        max_gen=pcie.integer("max_gen"),
-        max_width=pcie.integer("max_width"),
-    )
-    return None if link == PcieLink(None, None, None, None) else link
+def decode_nvml(
+    gpus: list[object], processes: list[object]
+) -> tuple[list[GpuState], list[GpuProcess], list[str]]:
+    """The NVML reader's GPUs and processes (`gpuconsole.telemetry.agent.Nvml.read`, in this
+    process or on a host through the agent) as the model's, and the notes of the values that
+    were not what the protocol says (each N/A alone). `NvmlSource` decodes through this, so the
+    local host and an SSH host read the same fields the same way."""
+    notes: list[str] = []
+    try:
+        states = [_gpu(_Fields(entry, "a GPU"), notes) for entry in gpus]
+        jobs = _Jobs(_Fields({}, "the reading"), notes)  # this host's owners are attached apart
+        found = [_process(_Fields(entry, "a process"), jobs, notes) for entry in processes]
+    except _Malformed as error:
+        raise ValueError(str(error)) from None
+    return states, found, notes
 
 
 def _container(process: _Fields) -> str | None:
@@ -591,8 +627,10 @@ def _smi_reading(
     gpu_csv = line.required_text("gpu_csv", limit=MAX_LINE_CHARS)
     apps_csv = line.required_text("apps_csv", limit=MAX_LINE_CHARS)
     try:
-        gpus = parse_query_gpu_csv(gpu_csv, line.names("gpu_fields"))
-        apps = parse_compute_apps_csv(apps_csv, gpu_index_map(gpus), line.names("apps_fields"))
+        gpus = parse_query_gpu_csv(gpu_csv, line.names("gpu_fields"), notes)
+        apps = parse_compute_apps_csv(
+            apps_csv, gpu_index_map(gpus), line.names("apps_fields"), notes
+        )
     except (SmiParseError, csv.Error) as error:
         raise _Malformed(f"unreadable nvidia-smi CSV ({error})") from None
     by_pid = {extra.required_integer("pid"): extra for extra in extras}

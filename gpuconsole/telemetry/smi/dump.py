@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from gpuconsole.fields import FIELDS, Q_TEXT, Q_XML, paths_of
 from gpuconsole.model import (
     THROTTLE_REASONS,
     EccCounts,
@@ -44,7 +45,7 @@ from gpuconsole.telemetry.smi.values import (
     check_size,
     size_text,
 )
-from gpuconsole.untrusted import MAX_GPUS, vetted
+from gpuconsole.untrusted import MAX_GPUS, MAX_NOTES, vetted
 
 T = TypeVar("T")
 
@@ -169,160 +170,27 @@ def _text_tree(text: str) -> _Node:
 
 # --- one GPU's section, read through a format's paths -------------------------------------------
 
-# Where each reading sits, per format; the first path that holds a value wins.
+# Where each reading sits, per format; the first path that holds a value wins. The fields' own
+# paths are the field table's; beside them, what a reading is computed from.
 _XML_PATHS: dict[str, tuple[str, ...]] = {
-    "name": ("product_name",),
-    "uuid": ("uuid",),
-    "serial": ("serial",),
-    "vbios_version": ("vbios_version",),
-    "pci_bus_id": ("pci/pci_bus_id",),
-    "utilization_pct": ("utilization/gpu_util",),
-    "memory_utilization_pct": ("utilization/memory_util",),
-    "memory_used_mib": ("fb_memory_usage/used",),
-    "memory_total_mib": ("fb_memory_usage/total",),
-    "temperature_c": ("temperature/gpu_temp",),
-    "slowdown_c": ("temperature/gpu_temp_slow_threshold",),
-    "shutdown_c": ("temperature/gpu_temp_max_threshold",),
+    **paths_of(Q_XML),
     "tlimit_margin_c": ("temperature/gpu_temp_tlimit",),
     "slowdown_margin_c": ("temperature/gpu_temp_slow_tlimit_threshold",),
     "shutdown_margin_c": ("temperature/gpu_temp_max_tlimit_threshold",),
-    "power_w": (
-        "gpu_power_readings/average_power_draw",
-        "gpu_power_readings/power_draw",
-        "power_readings/power_draw",
-        "gpu_power_readings/instant_power_draw",
-    ),
-    "power_limit_w": (
-        "gpu_power_readings/current_power_limit",
-        # driver 610 nests the limits under "GPU Ceiling Power Limit" (text); its XML tag is
-        # not in any dump found, so any one section below the readings is looked in
-        "gpu_power_readings/*/current_power_limit",
-        "power_readings/enforced_power_limit",
-        "power_readings/power_limit",
-    ),
-    "power_limit_min_w": ("gpu_power_readings/min_power_limit", "power_readings/min_power_limit"),
-    "power_limit_max_w": ("gpu_power_readings/max_power_limit", "power_readings/max_power_limit"),
-    "power_limit_default_w": (
-        "gpu_power_readings/default_power_limit",
-        "gpu_power_readings/*/default_power_limit",
-        "power_readings/default_power_limit",
-    ),
-    "sm_clock_mhz": ("clocks/sm_clock",),
-    "sm_clock_max_mhz": ("max_clocks/sm_clock",),
-    # nvidia-smi gives the application clocks of the graphics domain, which is the SM's
-    "sm_clock_application_mhz": ("applications_clocks/graphics_clock",),
-    "memory_clock_mhz": ("clocks/mem_clock",),
-    "memory_clock_max_mhz": ("max_clocks/mem_clock",),
-    "memory_clock_application_mhz": ("applications_clocks/mem_clock",),
-    "pstate": ("performance_state",),
-    "fan_pct": ("fan_speed",),
-    "throttle": ("clocks_event_reasons", "clocks_throttle_reasons"),
     "ecc_mode": ("ecc_mode/current_ecc",),
-    "ecc_volatile": ("ecc_errors/volatile",),
-    "ecc_aggregate": ("ecc_errors/aggregate",),
-    "remap_correctable": ("remapped_rows/remapped_row_corr",),
-    "remap_uncorrectable": ("remapped_rows/remapped_row_unc",),
-    "remap_pending": ("remapped_rows/remapped_row_pending",),
-    "remap_failure": ("remapped_rows/remapped_row_failure",),
-    "retired_pages_pending": (
-        "retired_pages/pending_retirement",
-        "retired_pages/pending_blacklist",
-    ),
-    "recovery_action": ("gpu_recovery_action",),
-    "pcie_gen": ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",),
-    "pcie_max_gen": ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
-    "pcie_width": ("pci/pci_gpu_link_info/link_widths/current_link_width",),
-    "pcie_max_width": ("pci/pci_gpu_link_info/link_widths/max_link_width",),
-    "pcie_tx_kib_s": ("pci/tx_util",),
-    "pcie_rx_kib_s": ("pci/rx_util",),
-    "persistence_mode": ("persistence_mode",),
-    "compute_mode": ("compute_mode",),
-    "mig_mode": ("mig_mode/current_mig",),
 }
 _TEXT_PATHS: dict[str, tuple[str, ...]] = {
-    "name": ("Product Name",),
-    "uuid": ("GPU UUID",),
-    "serial": ("Serial Number",),
-    "vbios_version": ("VBIOS Version",),
-    "pci_bus_id": ("PCI/Bus Id",),
-    "utilization_pct": ("Utilization/GPU",),
-    "memory_utilization_pct": ("Utilization/Memory",),
-    "memory_used_mib": ("FB Memory Usage/Used",),
-    "memory_total_mib": ("FB Memory Usage/Total",),
-    "temperature_c": ("Temperature/GPU Current Temp",),
-    "slowdown_c": ("Temperature/GPU Slowdown Temp",),
-    "shutdown_c": ("Temperature/GPU Shutdown Temp",),
+    **paths_of(Q_TEXT),
     "tlimit_margin_c": ("Temperature/GPU T.Limit Temp",),
     "slowdown_margin_c": ("Temperature/GPU Slowdown T.Limit Temp",),
     "shutdown_margin_c": ("Temperature/GPU Shutdown T.Limit Temp",),
-    "power_w": (
-        "GPU Power Readings/Average Power Draw",
-        "GPU Power Readings/Power Draw",
-        "Power Readings/Power Draw",
-        "GPU Power Readings/Instantaneous Power Draw",
-    ),
-    "power_limit_w": (
-        "GPU Power Readings/Current Power Limit",
-        "GPU Power Readings/GPU Ceiling Power Limit/Current Power Limit",
-        "Power Readings/Enforced Power Limit",
-        "Power Readings/Power Limit",
-    ),
-    "power_limit_min_w": ("GPU Power Readings/Min Power Limit", "Power Readings/Min Power Limit"),
-    "power_limit_max_w": ("GPU Power Readings/Max Power Limit", "Power Readings/Max Power Limit"),
-    "power_limit_default_w": (
-        "GPU Power Readings/Default Power Limit",
-        "GPU Power Readings/GPU Ceiling Power Limit/Default Power Limit",
-        "Power Readings/Default Power Limit",
-    ),
-    "sm_clock_mhz": ("Clocks/SM",),
-    "sm_clock_max_mhz": ("Max Clocks/SM",),
-    "sm_clock_application_mhz": ("Applications Clocks/Graphics",),
-    "memory_clock_mhz": ("Clocks/Memory",),
-    "memory_clock_max_mhz": ("Max Clocks/Memory",),
-    "memory_clock_application_mhz": ("Applications Clocks/Memory",),
-    "pstate": ("Performance State",),
-    "fan_pct": ("Fan Speed",),
-    "throttle": ("Clocks Event Reasons", "Clocks Throttle Reasons"),
     "ecc_mode": ("ECC Mode/Current",),
-    "ecc_volatile": ("ECC Errors/Volatile",),
-    "ecc_aggregate": ("ECC Errors/Aggregate",),
-    "remap_correctable": ("Remapped Rows/Correctable Error",),
-    "remap_uncorrectable": ("Remapped Rows/Uncorrectable Error",),
-    "remap_pending": ("Remapped Rows/Pending",),
-    "remap_failure": ("Remapped Rows/Remapping Failure Occurred",),
-    "retired_pages_pending": ("Retired Pages/Pending Page Blacklist",),
-    "recovery_action": ("GPU Recovery Action",),
-    "pcie_gen": ("PCI/GPU Link Info/PCIe Generation/Current",),
-    "pcie_max_gen": ("PCI/GPU Link Info/PCIe Generation/Max",),
-    "pcie_width": ("PCI/GPU Link Info/Link Width/Current",),
-    "pcie_max_width": ("PCI/GPU Link Info/Link Width/Max",),
-    "pcie_tx_kib_s": ("PCI/Tx Throughput",),
-    "pcie_rx_kib_s": ("PCI/Rx Throughput",),
-    "persistence_mode": ("Persistence Mode",),
-    "compute_mode": ("Compute Mode",),
-    "mig_mode": ("MIG Mode/Current",),
 }
-_NUMBER_FIELDS = (
-    "utilization_pct",
-    "memory_utilization_pct",
-    "memory_used_mib",
-    "memory_total_mib",
-    "temperature_c",
-    "power_w",
-    "power_limit_w",
-    "power_limit_min_w",
-    "power_limit_max_w",
-    "power_limit_default_w",
-    "sm_clock_mhz",
-    "sm_clock_max_mhz",
-    "sm_clock_application_mhz",
-    "memory_clock_mhz",
-    "memory_clock_max_mhz",
-    "memory_clock_application_mhz",
-    "pcie_tx_kib_s",
-    "pcie_rx_kib_s",
-    "fan_pct",
+_THRESHOLDS = ("slowdown_temperature_c", "shutdown_temperature_c")
+_NUMBER_FIELDS = tuple(
+    f.name for f in FIELDS if f.kind == "number" and f.part is None and f.name not in _THRESHOLDS
 )
+"""The plain numbers of a GPU's section; its thresholds are read by `_threshold`."""
 
 
 # NVML's error strings that nvidia-smi prints in place of the readings of a GPU that is gone.
@@ -338,6 +206,8 @@ class _Gpu:
     index: int
     bus_id: str | None
     """The bus id that heads the section (the XML ``id``, the text's ``GPU <bus id>`` line)."""
+    notes: list[str]
+    """The dump's bad values so far: what nvidia-smi wrote instead of a value, one line each."""
 
     def section(self, key: str) -> _Node | None:
         return next(filter(None, map(self.node.find, self.paths[key])), None)
@@ -346,13 +216,16 @@ class _Gpu:
         values = (self.node.raw(path) for path in self.paths[key])
         return next((v for v in values if not _missing(v)), None)
 
-    def parse(self, text: str | None, parser: Callable[[str | None], T], where: str) -> T:
+    def parse(self, text: str | None, parser: Callable[[str | None], T], where: str) -> T | None:
+        """``text`` read by ``parser``; None, with a note, where it is not what the field holds
+        (``Requested functionality has been deprecated``, ``abc %``): that field alone is N/A."""
         try:
             return parser(text)
         except ValueError as error:
-            raise SmiParseError(f"GPU {self.index} {where}: {error}") from None
+            self.notes.append(f"GPU {self.index} {where}: {error}")
+            return None
 
-    def read(self, key: str, parser: Callable[[str | None], T]) -> T:
+    def read(self, key: str, parser: Callable[[str | None], T]) -> T | None:
         return self.parse(self.value(key), parser, self.paths[key][0])
 
     @property
@@ -398,18 +271,22 @@ def _gpu_state(gpu: _Gpu) -> GpuState:
 def _mig_instances(gpu: _Gpu) -> tuple[MigInstance, ...]:
     """The MIG devices a dump lists (XML ``mig_devices/mig_device``, text "MIG Devices/MIG
     Device"): their GPU and compute instance ids and memory. A dump names no profile or UUID."""
-    section = gpu.node.find("mig_devices")
-    return tuple(
+    section = gpu.section("mig_instances")
+    devices = (
         _mig_instance(gpu, device)
         for device in (section.children if section else ())
         if device.key == "mig_device"
     )
+    return tuple(device for device in devices if device is not None)
 
 
-def _mig_instance(gpu: _Gpu, device: _Node) -> MigInstance:
+def _mig_instance(gpu: _Gpu, device: _Node) -> MigInstance | None:
+    """One MIG device; None, with a note, where it names no GPU instance (nothing tells it
+    apart from the others)."""
     instance = gpu.parse(device.raw("gpu_instance_id"), _integer, "MIG device GPU instance ID")
     if instance is None:
-        raise SmiParseError(f"GPU {gpu.index}: a MIG device without a GPU instance ID")
+        gpu.notes.append(f"GPU {gpu.index}: a MIG device without a GPU instance ID")
+        return None
     return MigInstance(
         gpu_instance_id=instance,
         compute_instance_id=gpu.parse(
@@ -433,7 +310,7 @@ def _threshold(gpu: _Gpu, kind: str) -> float | None:
     current margin and the margin at which the GPU acts. It acts when the margin falls to that
     threshold, which is when the temperature reaches the value returned.
     """
-    absolute = gpu.read(f"{kind}_c", _number)
+    absolute = gpu.read(f"{kind}_temperature_c", _number)
     if absolute is not None:
         return absolute
     temp = gpu.read("temperature_c", _number)
@@ -465,7 +342,7 @@ def _throttle(gpu: _Gpu) -> tuple[str, ...] | None:
 
     The text nests "HW Thermal Slowdown" under "HW Slowdown", hence every descendant.
     """
-    section = gpu.section("throttle")
+    section = gpu.section("throttle_reasons")
     states: dict[str, bool | None] = {}
     for node in section.descendants() if section else ():
         code = _REASON_KEYS.get(_REASON_PREFIX.sub("", node.key))
@@ -482,7 +359,7 @@ def _ecc(gpu: _Gpu) -> EccCounts | None:
     counts = EccCounts(
         *(
             _ecc_total(gpu, key, uncorrectable)
-            for key in ("ecc_volatile", "ecc_aggregate")
+            for key in ("ecc.volatile_corrected", "ecc.aggregate_corrected")
             for uncorrectable in (False, True)
         )
     )
@@ -512,27 +389,27 @@ def _ecc_kind(key: str) -> bool | None:
 
 def _remap(gpu: _Gpu) -> RowRemap | None:
     remap = RowRemap(
-        correctable=gpu.read("remap_correctable", _integer),
-        uncorrectable=gpu.read("remap_uncorrectable", _integer),
-        pending=gpu.read("remap_pending", _flag),
-        failure=gpu.read("remap_failure", _flag),
+        correctable=gpu.read("remap.correctable", _integer),
+        uncorrectable=gpu.read("remap.uncorrectable", _integer),
+        pending=gpu.read("remap.pending", _flag),
+        failure=gpu.read("remap.failure", _flag),
     )
     return None if remap == RowRemap() else remap
 
 
 def _pcie(gpu: _Gpu) -> PcieLink | None:
     link = PcieLink(
-        gen=gpu.read("pcie_gen", _integer),
-        width=gpu.read("pcie_width", _integer),
-        max_gen=gpu.read("pcie_max_gen", _integer),
-        max_width=gpu.read("pcie_max_width", _integer),
+        gen=gpu.read("pcie.gen", _integer),
+        width=gpu.read("pcie.width", _integer),
+        max_gen=gpu.read("pcie.max_gen", _integer),
+        max_width=gpu.read("pcie.max_width", _integer),
     )
     return None if link == PcieLink(None, None, None, None) else link
 
 
-def _xml_processes(node: _Node, gpu: int) -> list[GpuProcess]:
+def _xml_processes(node: _Node, gpu: int, notes: list[str]) -> list[GpuProcess]:
     section = node.find("processes")
-    return [
+    found = (
         _process(
             gpu,
             info.raw("pid"),
@@ -540,13 +417,15 @@ def _xml_processes(node: _Node, gpu: int) -> list[GpuProcess]:
             info.raw("process_name"),
             info.raw("used_memory"),
             info.raw("gpu_instance_id"),
+            notes,
         )
         for info in (section.children if section else ())
         if info.key == "process_info"
-    ]
+    )
+    return [process for process in found if process is not None]
 
 
-def _text_processes(node: _Node, gpu: int) -> list[GpuProcess]:
+def _text_processes(node: _Node, gpu: int, notes: list[str]) -> list[GpuProcess]:
     """-q text lists each process as "GPU instance ID", "Compute instance ID", then "Process ID"
     holding its type, name and memory, all at one level."""
     section = node.find("Processes")
@@ -556,14 +435,16 @@ def _text_processes(node: _Node, gpu: int) -> list[GpuProcess]:
             instance = entry.value
         elif entry.key == "process_id":
             fields = (entry.raw("Type"), entry.raw("Name"), entry.raw("Used GPU Memory"))
-            processes.append(_process(gpu, entry.value, *fields, instance))
+            process = _process(gpu, entry.value, *fields, instance, notes)
+            if process is not None:
+                processes.append(process)
     return processes
 
 
 def _snapshot(
     sections: Sequence[tuple[_Node, str | None]],
     paths: Mapping[str, tuple[str, ...]],
-    processes_of: Callable[[_Node, int], list[GpuProcess]],
+    processes_of: Callable[[_Node, int, list[str]], list[GpuProcess]],
     versions: tuple[str | None, str | None],
     attached: int | None,
     host: str,
@@ -578,12 +459,12 @@ def _snapshot(
         raise SmiParseError(
             f"{len(sections)} GPU sections, more than the {MAX_GPUS} a host can have"
         )
-    gpus, processes = [], []
+    gpus, processes, notes = [], [], []
     for index, (node, bus_id) in enumerate(sections):
-        gpu = _gpu_state(_Gpu(node, paths, index, bus_id))
+        gpu = _gpu_state(_Gpu(node, paths, index, bus_id, notes))
         gpus.append(gpu)
         if not gpu.lost:
-            processes += processes_of(node, index)
+            processes += processes_of(node, index, notes)
     snapshot = HostSnapshot(
         host=host,
         time=time,
@@ -593,6 +474,8 @@ def _snapshot(
         cuda_version=_version(versions[1]),
         source="nvidia-smi",
         attached_gpus=attached if attached is not None and attached > len(gpus) else None,
+        bad_values=len(notes),
+        bad_value_notes=tuple(notes[:MAX_NOTES]),
     )
     return vetted(snapshot)
 

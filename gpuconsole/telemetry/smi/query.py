@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from gpuconsole.fields import FIELDS
 from gpuconsole.model import EccCounts, GpuProcess, GpuState, HostSnapshot, PcieLink
 from gpuconsole.telemetry.smi.values import (
     MAX_ENTRIES,
@@ -21,41 +22,22 @@ from gpuconsole.telemetry.smi.values import (
     _text,
     check_size,
 )
-from gpuconsole.untrusted import vetted
+from gpuconsole.untrusted import MAX_NOTES, vetted
 
 # --- CSV -----------------------------------------------------------------------------------------
 
-# --query-gpu field -> (GpuState field, or "ecc."/"pcie." + a field of EccCounts/PcieLink; parser)
+_PARSERS: dict[str, Callable[[str | None], object]] = {
+    "text": _text,
+    "code": _text,
+    "number": _number,
+    "whole": _integer,
+    "flag": _flag,
+    "reasons": _reason_mask,
+}
+# --query-gpu column -> (GpuState field, or "ecc."/"pcie." + a field of EccCounts/PcieLink; its
+# parser), as the field table names the columns
 _GPU_CSV: dict[str, tuple[str, Callable[[str | None], object]]] = {
-    "index": ("index", _integer),
-    "name": ("name", _text),
-    "uuid": ("uuid", _text),
-    "pci.bus_id": ("pci_bus_id", _text),
-    "utilization.gpu": ("utilization_pct", _number),
-    "utilization.memory": ("memory_utilization_pct", _number),
-    "memory.used": ("memory_used_mib", _number),
-    "memory.total": ("memory_total_mib", _number),
-    "temperature.gpu": ("temperature_c", _number),
-    "power.draw": ("power_w", _number),
-    "power.limit": ("power_limit_w", _number),
-    "clocks.current.sm": ("sm_clock_mhz", _number),
-    "clocks.max.sm": ("sm_clock_max_mhz", _number),
-    "clocks.current.memory": ("memory_clock_mhz", _number),
-    "clocks.max.memory": ("memory_clock_max_mhz", _number),
-    "pstate": ("pstate", _text),
-    "fan.speed": ("fan_pct", _number),
-    "clocks_event_reasons.active": ("throttle_reasons", _reason_mask),
-    "ecc.errors.corrected.volatile.total": ("ecc.volatile_corrected", _integer),
-    "ecc.errors.uncorrected.volatile.total": ("ecc.volatile_uncorrected", _integer),
-    "ecc.errors.corrected.aggregate.total": ("ecc.aggregate_corrected", _integer),
-    "ecc.errors.uncorrected.aggregate.total": ("ecc.aggregate_uncorrected", _integer),
-    "pcie.link.gen.current": ("pcie.gen", _integer),
-    "pcie.link.gen.max": ("pcie.max_gen", _integer),
-    "pcie.link.width.current": ("pcie.width", _integer),
-    "pcie.link.width.max": ("pcie.max_width", _integer),
-    "persistence_mode": ("persistence_mode", _flag),
-    "compute_mode": ("compute_mode", _text),
-    "mig.mode.current": ("mig_mode", _flag),
+    f.query_gpu: (f.name, _PARSERS[f.kind]) for f in FIELDS if f.query_gpu and f.kind in _PARSERS
 }
 # Other names nvidia-smi accepts for the same fields (older drivers or short forms).
 _GPU_CSV_ALIASES = {
@@ -64,6 +46,8 @@ _GPU_CSV_ALIASES = {
     "clocks.max.mem": "clocks.max.memory",
     "clocks_throttle_reasons.active": "clocks_event_reasons.active",
     "enforced.power.limit": "power.limit",
+    "clocks.applications.gr": "clocks.applications.graphics",
+    "clocks.applications.mem": "clocks.applications.memory",
 }
 QUERY_GPU_FIELDS: tuple[str, ...] = tuple(_GPU_CSV)
 """The ``--query-gpu`` fields that cover what the model holds and nvidia-smi can give."""
@@ -133,16 +117,21 @@ def _csv_rows(text: str) -> list[list[str]]:
     return rows
 
 
-def parse_query_gpu_csv(text: str, fields: Sequence[str] | None = None) -> list[GpuState]:
+def parse_query_gpu_csv(
+    text: str, fields: Sequence[str] | None = None, notes: list[str] | None = None
+) -> list[GpuState]:
     """``--query-gpu=... --format=csv`` (units and header optional) as GPU states.
 
     Without a header line (``noheader``) ``fields`` names the columns. Fields the model has no
-    place for are skipped; a GPU without an ``index`` column is numbered by its row.
+    place for are skipped; a GPU without an ``index`` column is numbered by its row. A value
+    that is not what its column holds is N/A, with a note in ``notes``.
     """
-    return [_csv_gpu(record, row) for row, record in enumerate(_csv_records(text, fields))]
+    records = _csv_records(text, fields)
+    kept = [] if notes is None else notes
+    return [_csv_gpu(record, row, kept) for row, record in enumerate(records)]
 
 
-def _csv_gpu(record: Mapping[str, str], row: int) -> GpuState:
+def _csv_gpu(record: Mapping[str, str], row: int, notes: list[str]) -> GpuState:
     values: dict[str, Any] = {"index": row}
     for name, raw in record.items():
         key = name.casefold()
@@ -153,7 +142,9 @@ def _csv_gpu(record: Mapping[str, str], row: int) -> GpuState:
         try:
             values[target] = parser(raw)
         except ValueError as error:
-            raise SmiParseError(f"GPU row {row} {name}: {error}") from None
+            notes.append(f"GPU row {row} {name}: {error}")
+            if target == "index":
+                values[target] = row
     ecc = EccCounts(**_take(values, "ecc."))
     pcie = replace(PcieLink(None, None, None, None), **_take(values, "pcie."))
     return GpuState(
@@ -172,7 +163,8 @@ def parse_query_gpu_dump(text: str, host: str, time: float) -> HostSnapshot:
     names = {name.casefold() for name in records[0]}
     if not any(_GPU_CSV_ALIASES.get(name, name) in _GPU_CSV for name in names):
         raise SmiParseError("a CSV of no --query-gpu field this reads: not --query-gpu output")
-    gpus = tuple(_csv_gpu(record, row) for row, record in enumerate(records))
+    notes: list[str] = []
+    gpus = tuple(_csv_gpu(record, row, notes) for row, record in enumerate(records))
     drivers = {_text(record.get("driver_version")) for record in records} - {None}
     snapshot = HostSnapshot(
         host=host,
@@ -180,6 +172,8 @@ def parse_query_gpu_dump(text: str, host: str, time: float) -> HostSnapshot:
         gpus=gpus,
         driver_version=drivers.pop() if len(drivers) == 1 else None,
         source="nvidia-smi",
+        bad_values=len(notes),
+        bad_value_notes=tuple(notes[:MAX_NOTES]),
     )
     return vetted(snapshot)
 
@@ -199,7 +193,10 @@ def gpu_index_map(gpus: Iterable[GpuState]) -> dict[str, int]:
 
 
 def parse_compute_apps_csv(
-    text: str, gpu_index: Mapping[str, int], fields: Sequence[str] | None = None
+    text: str,
+    gpu_index: Mapping[str, int],
+    fields: Sequence[str] | None = None,
+    notes: list[str] | None = None,
 ) -> list[GpuProcess]:
     """``--query-compute-apps=... --format=csv`` as processes.
 
@@ -207,6 +204,7 @@ def parse_compute_apps_csv(
     GPU's index (`gpu_index_map` builds it from the GPUs read).
     """
     indices = {key.casefold(): index for key, index in gpu_index.items()}
+    kept = [] if notes is None else notes
     processes = []
     for record in _csv_records(text, fields):
         key = _text(record.get("gpu_uuid")) or _text(record.get("gpu_bus_id"))
@@ -214,7 +212,7 @@ def parse_compute_apps_csv(
             raise SmiParseError(f"process {record.get('pid')!r} is on GPU {key!r}, not one read")
         used = record.get("used_gpu_memory", record.get("used_memory"))
         name = record.get("process_name")
-        processes.append(
-            _process(indices[key.casefold()], record.get("pid"), None, name, used, None)
-        )
+        process = _process(indices[key.casefold()], record.get("pid"), None, name, used, None, kept)
+        if process is not None:
+            processes.append(process)
     return processes

@@ -51,7 +51,8 @@ def size_text(size: int) -> str:
 
 # --- values --------------------------------------------------------------------------------------
 
-# What nvidia-smi prints where it has no value (brackets stripped, case folded).
+# What nvidia-smi prints where it has no value (brackets stripped, case folded): the field is N/A,
+# and no bad value. Anything else that does not read is N/A too, with a bad-value note.
 _MISSING = frozenset(
     {
         "",
@@ -63,6 +64,8 @@ _MISSING = frozenset(
         "not found",
         "not available",
         "not available in wddm driver model",
+        # drivers 590 and later under Applications Clocks (and telegraf's v13 XML of earlier ones)
+        "requested functionality has been deprecated",
     }
 )
 _NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)\s*[A-Za-z%/()]*")
@@ -144,19 +147,36 @@ def _process_kind(text: str | None) -> str:
 
 
 def _process(
-    gpu: int, pid: str | None, kind: str | None, name: str | None, used: str | None, gi: str | None
-) -> GpuProcess:
+    gpu: int,
+    pid: str | None,
+    kind: str | None,
+    name: str | None,
+    used: str | None,
+    gi: str | None,
+    notes: list[str],
+) -> GpuProcess | None:
+    """A process row; None, with a note, where its pid is not one (it cannot be told apart from
+    another), and its memory or GPU instance N/A, with a note, where they are not numbers."""
+
+    def read(text: str | None, where: str) -> int | float | None:
+        try:
+            return _integer(text) if where == "GPU instance ID" else _number(text)
+        except ValueError as error:
+            notes.append(f"GPU {gpu} process {pid!r} {where}: {error}")
+            return None
+
     try:
         number = _integer(pid)
-        if number is None:
-            raise ValueError("no process id")
-        return GpuProcess(
-            pid=number,
-            gpu=gpu,
-            used_memory_mib=_number(used),
-            command=_text(name),
-            kind=_process_kind(kind),
-            mig_instance=_integer(gi),
-        )
-    except ValueError as error:
-        raise SmiParseError(f"GPU {gpu} process {pid!r}: {error}") from None
+    except ValueError:
+        number = None
+    if number is None:
+        notes.append(f"GPU {gpu} process {pid!r}: no process id")
+        return None
+    return GpuProcess(
+        pid=number,
+        gpu=gpu,
+        used_memory_mib=read(used, "used memory"),
+        command=_text(name),
+        kind=_process_kind(kind),
+        mig_instance=read(gi, "GPU instance ID"),  # type: ignore[arg-type]
+    )
