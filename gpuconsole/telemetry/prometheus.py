@@ -74,8 +74,11 @@ SLOW_READINGS = (
     "power_limit_w",
     "sm_clock_max_mhz",
     "memory_clock_mhz",
+    "memory_clock_max_mhz",
     "ecc_corrected",
     "ecc_uncorrected",
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
     "remap_correctable",
     "remap_uncorrectable",
     "remap_pending",
@@ -85,8 +88,7 @@ SLOW_READINGS = (
     "persistence_mode",
 )
 """Readings asked for every `SLOW_EVERY_SECONDS`: settings, capacities, error counters and memory
-activity. Nothing the console shows, finds or alerts on reads the others dcgm-exporter may serve
-(persistent ECC totals, the maximum memory clock), so they are not asked for."""
+activity: every reading of `gpuconsole.fields` that dcgm-exporter serves and is not fast."""
 SLOW_EVERY_SECONDS = 30.0
 """dcgm-exporter's own collection interval (NVIDIA/dcgm-exporter ``pkg/cmd/app.go``,
 ``collect-interval``, 30000 ms by default): its values change no faster. The GPUs' names, UUIDs,
@@ -498,6 +500,7 @@ def _gpu(
         sm_clock_mhz=values.get("sm_clock_mhz"),
         sm_clock_max_mhz=values.get("sm_clock_max_mhz"),
         memory_clock_mhz=values.get("memory_clock_mhz"),
+        memory_clock_max_mhz=values.get("memory_clock_max_mhz"),
         throttle_reasons=None if mask is None else dcgm.reasons_of(mask),
         ecc=_ecc(values),
         remap=_remap(values),
@@ -510,7 +513,12 @@ def _has(values: dict[str, float], fields: frozenset[str]) -> bool:
     return not fields.isdisjoint(values)
 
 
-_ECC_FIELDS = ("ecc_corrected", "ecc_uncorrected")
+_ECC_FIELDS = (
+    "ecc_corrected",
+    "ecc_uncorrected",
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+)
 _REMAP_FIELDS = ("remap_correctable", "remap_uncorrectable", "remap_pending", "remap_failure")
 _PCIE_FIELDS = ("pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width")
 _ECC_SET, _REMAP_SET, _PCIE_SET = map(frozenset, (_ECC_FIELDS, _REMAP_FIELDS, _PCIE_FIELDS))
@@ -519,10 +527,7 @@ _ECC_SET, _REMAP_SET, _PCIE_SET = map(frozenset, (_ECC_FIELDS, _REMAP_FIELDS, _P
 def _ecc(values: dict[str, float]) -> EccCounts | None:
     if not _has(values, _ECC_SET):
         return None
-    return EccCounts(
-        volatile_corrected=_int(values, "ecc_corrected"),
-        volatile_uncorrected=_int(values, "ecc_uncorrected"),
-    )
+    return EccCounts(*(_int(values, field) for field in _ECC_FIELDS))
 
 
 def _remap(values: dict[str, float]) -> RowRemap | None:
