@@ -111,7 +111,6 @@ FIELDS: tuple[Field, ...] = (
         INDEX,
         nvml="nvmlDeviceGetHandleByIndex_v2",
         query_gpu="index",
-        absent={Q_TEXT: "the order of the sections", Q_XML: "the order of the sections"},
         prometheus="gpu",
     ),
     Field(

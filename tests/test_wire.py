@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import ast
+import dataclasses
 import json
 import shlex
 import subprocess

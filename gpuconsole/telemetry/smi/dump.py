@@ -272,11 +272,9 @@ def _mig_instances(gpu: _Gpu) -> tuple[MigInstance, ...]:
     """The MIG devices a dump lists (XML ``mig_devices/mig_device``, text "MIG Devices/MIG
     Device"): their GPU and compute instance ids and memory. A dump names no profile or UUID."""
     section = gpu.section("mig_instances")
-    devices = (
-        _mig_instance(gpu, device)
-        for device in (section.children if section else ())
-        if device.key == "mig_device"
-    )
+    # driver 590's -q text lists them right under the GPU, without a "MIG Devices" section
+    entries = section.children if section else gpu.node.children
+    devices = (_mig_instance(gpu, device) for device in entries if device.key == "mig_device")
     return tuple(device for device in devices if device is not None)
 
 
@@ -586,8 +584,14 @@ def parse_q_text(text: str, host: str, time: float) -> HostSnapshot:
     versions = (root.raw("KMD Version") or root.raw("Driver Version"), root.raw("CUDA Version"))
     attached = _attached(root.raw("Attached GPUs"))
     # a full -q section lists its "Processes"; a -q -d dump (no such entry) must hold every GPU
-    last_whole = bool(sections) and sections[-1][0].find("Processes") is not None
+    last = sections[-1][0] if sections else None
+    last_whole = last is not None and last.find("Processes") is not None
     _check_complete(len(sections), attached, last_whole)
+    if last is not None and not last_whole and last.find("Product Name") is not None:
+        # a full -q section (it names its product) cut off before its "Processes"
+        raise SmiParseError(
+            f"incomplete: GPU {len(sections) - 1}'s section is cut off before its end"
+        )
     return _snapshot(sections, _TEXT_PATHS, _text_processes, versions, attached, host, time)
 
 
