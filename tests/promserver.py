@@ -17,6 +17,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -104,10 +105,18 @@ class Prometheus:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    def query(self, promql: str) -> list[dict[str, object]]:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    def api(self, path: str, **params: str) -> Any:
+        """The ``data`` of Prometheus's answer to ``GET /api/v1/{path}?{params}``."""
+        url = f"{self.url}/api/v1/{path}?" + urllib.parse.urlencode(params)
         with urllib.request.urlopen(url, timeout=30) as response:
-            return json.loads(response.read())["data"]["result"]
+            return json.loads(response.read())["data"]
+
+    def query(self, promql: str) -> list[dict[str, object]]:
+        return self.api("query", query=promql)["result"]
+
+    def alerts(self) -> list[dict[str, object]]:
+        """Every alert of the loaded rules that is pending or firing."""
+        return self.api("alerts")["alerts"]
 
     def wait_for(self, promql: str, count: int = 1, timeout: float = 60.0) -> list[dict]:
         """Poll ``promql`` until it returns at least ``count`` samples."""

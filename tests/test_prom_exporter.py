@@ -54,7 +54,7 @@ from gpuconsole.prom.exporter import (
     MAX_PROCESS_SERIES,
     PROCESS_LABELS,
     Exporter,
-    LabelNames,
+    Naming,
     label_value,
 )
 from gpuconsole.telemetry import dcgm
@@ -151,10 +151,11 @@ def test_every_gpu_under_dcgm_exporter_names_and_labels(
 
 
 def test_label_names_match_the_fleets_dcgm_exporter(rack: SimRack) -> None:
-    """``--host-label hostname --driver-label DCGM_FI_SYSTEM_DRIVER_VERSION``: every series names
-    the host and the driver as dcgm-exporter 4.9 does, and none keeps the classic names."""
-    names = LabelNames(host="hostname", driver="DCGM_FI_SYSTEM_DRIVER_VERSION")
-    served = Exporter(SimSource(rack, ManualClock(NOW)), names=names)
+    """``--dcgm-exporter classic --host-label hostname --driver-label
+    DCGM_FI_SYSTEM_DRIVER_VERSION``: every series names the host and the driver as dcgm-exporter
+    4.9 does, and none keeps the classic labels."""
+    names = Naming.of("classic", host="hostname", driver="DCGM_FI_SYSTEM_DRIVER_VERSION")
+    served = Exporter(SimSource(rack, ManualClock(NOW)), naming=names)
     served.poll_once()
     families = samples(generate_latest(served.registry).decode())
     driver = rack.read("a100-01", NOW).driver_version
@@ -174,15 +175,68 @@ def test_label_names_match_the_fleets_dcgm_exporter(rack: SimRack) -> None:
 
 
 def test_cli_exporter_label_options() -> None:
+    """The labels follow ``--dcgm-exporter`` unless given; its default is the exports'."""
     parser = build_parser()
-    args = parser.parse_args(["exporter", "--demo"])
-    assert (args.host_label, args.driver_label) == ("Hostname", "DCGM_FI_DRIVER_VERSION")
-    args = parser.parse_args(
-        ["exporter", "--host-label", "hostname", "--driver-label", "DCGM_FI_SYSTEM_DRIVER_VERSION"]
+
+    def naming(*words: str) -> Naming:
+        args = parser.parse_args(["exporter", "--demo", *words])
+        return Naming.of(args.dcgm_exporter, args.host_label, args.driver_label)
+
+    for export in ("rules", "grafana"):
+        args = parser.parse_args([export, "export"])
+        assert args.dcgm_exporter == dcgm.DEFAULT_GENERATION == "4.9"
+    assert naming() == Naming(("4.9",), "hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION")
+    assert naming("--dcgm-exporter", "both") == Naming(
+        ("classic", "4.9"), "hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION"
     )
-    assert (args.host_label, args.driver_label) == ("hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION")
-    with pytest.raises(SystemExit):
-        parser.parse_args(["exporter", "--host-label", "node"])
+    assert naming("--dcgm-exporter", "classic") == Naming(
+        ("classic",), "Hostname", "DCGM_FI_DRIVER_VERSION"
+    )
+    assert naming("--dcgm-exporter", "classic", "--host-label", "hostname") == Naming(
+        ("classic",), "hostname", "DCGM_FI_DRIVER_VERSION"
+    )
+    assert naming("--driver-label", "DCGM_FI_DRIVER_VERSION") == Naming(
+        ("4.9",), "hostname", "DCGM_FI_DRIVER_VERSION"
+    )
+    for wrong in (["--host-label", "node"], ["--dcgm-exporter", "4.8"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["exporter", *wrong])
+
+
+def test_dcgm_exporter_4_9_names_units_and_labels(rack: SimRack) -> None:
+    """4.9: every reading under DCGM 4.7's name in base units, 4.9's labels; both: each reading
+    under either name, each in its own unit, with one label set."""
+    gpu2 = rack.read("a100-01", NOW).gpu(2)
+    assert gpu2 is not None and gpu2.memory_used_mib and gpu2.sm_clock_mhz
+
+    def served(generation: str) -> dict[str, list]:
+        exporter = Exporter(SimSource(rack, ManualClock(NOW)), naming=Naming.of(generation))
+        exporter.poll_once()
+        return samples(generate_latest(exporter.registry).decode())
+
+    def value(families: dict[str, list], name: str) -> float:
+        (sample,) = [
+            s
+            for s in families[name]
+            if s.labels["hostname"] == "a100-01" and s.labels["gpu"] == "2"
+        ]
+        assert "Hostname" not in sample.labels and "DCGM_FI_DRIVER_VERSION" not in sample.labels
+        return sample.value
+
+    current = served("4.9")
+    renamed = {m.name for m in (*dcgm.METRICS, dcgm.XID) if m.current}
+    assert not renamed & set(current)
+    assert value(current, "DCGM_FI_DEV_GPU_UTIL_RATIO") == pytest.approx(gpu2.utilization_pct / 100)
+    assert value(current, "DCGM_FI_DEV_FB_USED_BYTES") == gpu2.memory_used_mib * 1048576
+    assert value(current, "DCGM_FI_DEV_SM_CLOCK_HERTZ") == gpu2.sm_clock_mhz * 1e6
+    assert value(current, "DCGM_FI_DEV_GPU_TEMP_CELSIUS") == gpu2.temperature_c == 92
+    assert value(current, "DCGM_FI_DEV_XID_ERROR") == 0
+    assert value(current, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL") == 0  # a name 4.9 kept
+    assert {s.labels["hostname"] for s in current[dcgm.FINDINGS_METRIC]} <= set(rack.hosts)
+    both = served("both")
+    assert set(both) == set(current) | set(served("classic"))
+    assert value(both, "DCGM_FI_DEV_SM_CLOCK") == gpu2.sm_clock_mhz
+    assert value(both, "DCGM_FI_DEV_SM_CLOCK_HERTZ") == gpu2.sm_clock_mhz * 1e6
 
 
 def test_a_lost_gpu_reports_its_xid_and_no_readings(exporter: tuple[Exporter, str]) -> None:
@@ -260,6 +314,17 @@ def test_promtool_check_metrics(exporter: tuple[Exporter, str]) -> None:
 
 
 @needs_promtool
+@pytest.mark.parametrize("generation", dcgm.CHOICES)
+def test_promtool_check_metrics_of_every_generation(rack: SimRack, generation: str) -> None:
+    served = Exporter(SimSource(rack, ManualClock(NOW)), naming=Naming.of(generation))
+    served.poll_once()
+    result = promtool("check", "metrics", stdin=generate_latest(served.registry).decode())
+    problems = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert result.returncode in (0, 3), problems
+    assert problems and all(p.endswith(CAMEL_CASE_LINT) for p in problems)
+
+
+@needs_promtool
 def test_the_lint_check_can_fail() -> None:
     """promtool does flag what the exporter avoids: counters without _total, bad lines."""
     counter = "# HELP DCGM_X x\n# TYPE DCGM_X counter\nDCGM_X 1\n"
@@ -282,12 +347,12 @@ def test_cli_exporter_demo_serves_until_terminated(tmp_path) -> None:
         while time.monotonic() < deadline:
             try:
                 text = scrape(f"http://127.0.0.1:{port}/metrics")
-                if "DCGM_FI_DEV_GPU_UTIL{" in text:
+                if "DCGM_FI_DEV_GPU_UTIL_RATIO{" in text:
                     break
             except OSError:
                 pass
             time.sleep(0.2)
-        hosts = {s.labels["Hostname"] for s in samples(text)["DCGM_FI_DEV_GPU_UTIL"]}
+        hosts = {s.labels["hostname"] for s in samples(text)["DCGM_FI_DEV_GPU_UTIL_RATIO"]}
         assert len(hosts) == 6
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
@@ -430,7 +495,9 @@ def test_process_series_say_whose_work_it_is() -> None:
     }
     assert {s.labels["Hostname"]: s.value for s in families[HOST_PROCESSES_METRIC]} == {HOST: 5}
     assert all(
-        set(s.labels) == set(PROCESS_LABELS) for m in PROCESS_METRIC_NAMES for s in families[m]
+        set(s.labels) == {"Hostname", *PROCESS_LABELS}
+        for m in PROCESS_METRIC_NAMES
+        for s in families[m]
     )
     assert SECRET not in text and "train.py" not in text
     assert all(
@@ -499,7 +566,7 @@ def test_hostile_label_values_parse_back() -> None:
     check_hostile(sample.labels)
     (line,) = [line for line in text.splitlines() if line.startswith("gpuconsole_process_memory")]
     assert 'user="say \\"hi\\"\\\\ \\\\n␊' in line  # escaped as the exposition format says
-    assert len(line) < len(PROCESS_LABELS) * (MAX_LABEL_CHARS + 30)  # every long value cut
+    assert len(line) < (1 + len(PROCESS_LABELS)) * (MAX_LABEL_CHARS + 30)  # every long value cut
 
 
 @needs_promtool
@@ -522,7 +589,10 @@ def test_prometheus_reads_hostile_label_values_back(tmp_path: Path) -> None:
     labels = dict(series["metric"])
     assert labels.pop("__name__") == "gpuconsole_process_memory_used_bytes"
     assert {labels.pop("instance"), labels.pop("job")} == {f"127.0.0.1:{port}", "gpus"}
-    assert set(labels) == set(PROCESS_LABELS)  # none empty (Prometheus drops an empty label)
+    assert set(labels) == {
+        "Hostname",
+        *PROCESS_LABELS,
+    }  # none empty (Prometheus drops an empty label)
     check_hostile(labels)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gpuconsole.commands import Subcommands
 from gpuconsole.commands.exits import EXIT_BAD_INPUT, fail
+from gpuconsole.commands.options import add_generation_option
 from gpuconsole.telemetry import dcgm
 
 
@@ -29,21 +30,12 @@ def add(commands: Subcommands) -> None:
         export.add_argument(
             "-o", "--output", type=Path, metavar="FILE", help="write here (default: stdout)"
         )
-        export.add_argument(
-            "--dcgm-exporter",
-            choices=(*dcgm.GENERATIONS, "both"),
-            default=dcgm.CURRENT,
-            metavar="GENERATION",
-            help=f"whose metric names: {dcgm.CURRENT} (default: dcgm-exporter {dcgm.CURRENT} and "
-            "later, base units), classic (dcgm-exporter 4.8 and before, gpuconsole exporter) "
-            "or both (each reading under either name, joined with PromQL's or)",
-        )
+        add_generation_option(export, "each reading under either name, joined with PromQL's or")
         export.add_argument(
             "--host-label",
             choices=dcgm.HOST_LABELS,
-            help="the host's label: Hostname (dcgm-exporter before 4.8.3, gpuconsole exporter's "
-            "default) or hostname (4.8.3 and later); default: hostname for 4.9, either for "
-            "classic and both",
+            help="the host's label: Hostname (dcgm-exporter before 4.8.3) or hostname (4.8.3 "
+            "and later); default: hostname for 4.9, either for classic and both",
         )
         if name == "rules":
             # SUPPRESS: when not given here, args.alerts stays what `gpuconsole --alerts FILE`

@@ -1,5 +1,6 @@
 """`gpuconsole exporter`: /metrics for Prometheus, every watched host's GPUs under dcgm-exporter's
-names, plus the console's findings and host states; serves until Ctrl+C or SIGTERM. Given
+names (of the generation --dcgm-exporter names; by default the one `rules export` and `grafana
+export` read), plus the console's findings and host states; serves until Ctrl+C or SIGTERM. Given
 --alertmanager, it evaluates the alert rules too and sends their firing alerts there (only then:
 where Prometheus scrapes it, Prometheus evaluates the exported rules and sends their alerts)."""
 
@@ -16,6 +17,7 @@ from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail, say
 from gpuconsole.commands.options import (
     add_alertmanager_option,
     add_demo_options,
+    add_generation_option,
     add_inventory_options,
     alertmanager_settings,
 )
@@ -51,19 +53,20 @@ def add(commands: Subcommands) -> None:
         metavar="SECONDS",
         help="seconds between readings of the hosts (default: 1)",
     )
+    add_generation_option(exporter, "each reading under either name, in either's unit")
     exporter.add_argument(
         "--host-label",
         choices=dcgm.HOST_LABELS,
-        default=dcgm.HOST_LABEL,
-        help="the host's label: Hostname (default, dcgm-exporter before 4.8.3) or hostname "
-        "(dcgm-exporter 4.8.3 and later), to match the fleet's dcgm-exporter",
+        help="the host's label: Hostname (dcgm-exporter before 4.8.3) or hostname (4.8.3 and "
+        "later), to match the fleet's dcgm-exporter; default: Hostname for classic, hostname "
+        "for 4.9 and both",
     )
     exporter.add_argument(
         "--driver-label",
         choices=dcgm.DRIVER_LABELS,
-        default=dcgm.DRIVER_LABEL,
-        help="the driver version's label: DCGM_FI_DRIVER_VERSION (default, dcgm-exporter before "
-        "4.9) or DCGM_FI_SYSTEM_DRIVER_VERSION (4.9 and later)",
+        help="the driver version's label: DCGM_FI_DRIVER_VERSION (dcgm-exporter before 4.9) or "
+        "DCGM_FI_SYSTEM_DRIVER_VERSION (4.9 and later); default: the former for classic, the "
+        "latter for 4.9 and both",
     )
     add_demo_options(exporter)
     add_inventory_options(exporter)
@@ -74,7 +77,7 @@ def add(commands: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted (Ctrl+C, SIGTERM)."""
     from gpuconsole.alerts.alertmanager import AlertmanagerSender
-    from gpuconsole.prom.exporter import Exporter, LabelNames
+    from gpuconsole.prom.exporter import Exporter, Naming
 
     if not 0 <= args.port <= 65535:
         return fail(f"--port {args.port}: not a port number", EXIT_BAD_INPUT)
@@ -93,11 +96,11 @@ def run(args: argparse.Namespace) -> int:
     if delivery is not None:
         say(f"firing alerts go to Alertmanager at {', '.join(delivery.urls)}")
         alertmanager = AlertmanagerSender(delivery, interval=args.refresh, log=say)
-    names = LabelNames(host=args.host_label, driver=args.driver_label)
+    naming = Naming.of(args.dcgm_exporter, args.host_label, args.driver_label)
     exporter = Exporter(
         source,
         refresh=args.refresh,
-        names=names,
+        naming=naming,
         rules=() if config is None else config.rules,
         alertmanager=alertmanager,
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuconsole.commands.exits import EXIT_BAD_INPUT, Refused
+from gpuconsole.telemetry import dcgm
 
 if TYPE_CHECKING:
     from gpuconsole.alerts.alertmanager import AlertmanagerSettings
@@ -129,3 +130,25 @@ def theme_of(args: argparse.Namespace) -> str:
         known = ", ".join(sorted(THEMES))
         raise Refused(f"unknown theme {theme!r} (known: {known})", code=EXIT_BAD_INPUT)
     return theme
+
+
+def add_generation_option(parser: argparse.ArgumentParser, both: str) -> None:
+    """``--dcgm-exporter``, the generation of dcgm-exporter's metric names, for the exporter and
+    both exports alike: one default (`dcgm.DEFAULT_GENERATION`) for the three, so that they work
+    together as they are. ``both`` says what "both" does for the command."""
+    choices = {
+        dcgm.CURRENT: f"dcgm-exporter {dcgm.CURRENT} and later: base units, host label hostname",
+        dcgm.CLASSIC: "dcgm-exporter 4.8 and before",
+        dcgm.BOTH: both,
+    }
+    named = [
+        f"{choice} ({'default: ' if choice == dcgm.DEFAULT_GENERATION else ''}{what})"
+        for choice, what in choices.items()
+    ]
+    parser.add_argument(
+        "--dcgm-exporter",
+        choices=dcgm.CHOICES,
+        default=dcgm.DEFAULT_GENERATION,
+        metavar="GENERATION",
+        help=f"whose metric names: {', '.join(named[:-1])} or {named[-1]}",
+    )

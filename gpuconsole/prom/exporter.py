@@ -2,15 +2,17 @@
 them, plus the console's own findings and host states.
 
 Metric and label names are dcgm-exporter's (see `gpuconsole.telemetry.dcgm`), so dashboards
-and rules written for it work unchanged: the classic metric names, and the host and driver-version
-labels as the fleet's own dcgm-exporter names them (`LabelNames`: ``Hostname`` or ``hostname``,
+and rules written for it work unchanged: the names and units of the generation the fleet's own
+dcgm-exporter writes (`Naming`: the classic names, 4.9's, or each reading under both), and the
+host and driver-version labels as it names them (``Hostname`` or ``hostname``,
 ``DCGM_FI_DRIVER_VERSION`` or ``DCGM_FI_SYSTEM_DRIVER_VERSION``). Two deliberate differences:
 dcgm-exporter declares its error totals (ECC, remapped rows) as counters without the ``_total``
 suffix the exposition format expects; here they are gauges, which queries read the same way.
 And a reading the GPU does not report is left out rather than written as 0.
 
-Beside them, the console's own series: findings, host states, and the GPU processes of each host
-(``gpuconsole_process_*``), labelled with whose they are (user, Slurm job, pod, container) but
+Beside them, the console's own series under their own names, the host under the same label:
+findings, host states, and the GPU processes of each host (``gpuconsole_process_*``), labelled
+with whose they are (user, Slurm job, pod, container) but
 never with their command lines, which are unbounded and may hold secrets. A process's series
 are its own (pids come and go), so each host gives series to at most `MAX_PROCESS_SERIES` of
 its processes, the most memory first, and label values are cut to `MAX_LABEL_CHARS`.
@@ -62,7 +64,6 @@ characters: Kubernetes namespaces and container names have at most 63, a Deploym
 fewer than 64, but a bare pod's name may have 253 and a Slurm job's name any number."""
 
 PROCESS_LABELS = (
-    dcgm.HOST_LABEL,
     "gpu",
     "pid",
     "user",
@@ -73,9 +74,9 @@ PROCESS_LABELS = (
     "pod",
     "container",
 )
-"""Every process series' labels, as `gpuconsole_findings` names the host and the GPU; a label that
-does not apply to a process (a bare process has no pod) is empty, which Prometheus reads as
-absent."""
+"""Every process series' labels after the host's (`Naming.host`), the GPU as `gpuconsole_findings`
+names it; a label that does not apply to a process (a bare process has no pod) is empty, which
+Prometheus reads as absent."""
 HOST_PROCESSES_METRIC = "gpuconsole_host_gpu_processes"
 
 
@@ -156,13 +157,24 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 @dataclass(frozen=True, slots=True)
-class LabelNames:
-    """The names of the host and driver-version labels, chosen to match a fleet's dcgm-exporter:
-    ``Hostname`` before 4.8.3, ``hostname`` since; ``DCGM_FI_DRIVER_VERSION`` before 4.9,
-    ``DCGM_FI_SYSTEM_DRIVER_VERSION`` since (see `gpuconsole.telemetry.dcgm`)."""
+class Naming:
+    """How the exporter names what it serves, chosen to match a fleet's dcgm-exporter (see
+    `gpuconsole.telemetry.dcgm`): the generations of metric names each reading is written under
+    (in each one's unit), the host's label (``Hostname`` before 4.8.3, ``hostname`` since) and
+    the driver version's (``DCGM_FI_DRIVER_VERSION`` before 4.9,
+    ``DCGM_FI_SYSTEM_DRIVER_VERSION`` since)."""
 
-    host: str = dcgm.HOST_LABEL
-    driver: str = dcgm.DRIVER_LABEL
+    generations: tuple[str, ...]
+    host: str
+    driver: str
+
+    @classmethod
+    def of(cls, generation: str, host: str | None = None, driver: str | None = None) -> Naming:
+        """``generation``: one of `dcgm.CHOICES`; each label not given is the one that
+        generation writes (`dcgm.labels_written`)."""
+        generations = dcgm.generations_of(generation)
+        written_host, written_driver = dcgm.labels_written(generations)
+        return cls(generations, host or written_host, driver or written_driver)
 
     @property
     def gpu(self) -> tuple[str, ...]:
@@ -170,8 +182,13 @@ class LabelNames:
         return (*dcgm.GPU_LABELS, self.host, self.driver)
 
 
+CLASSIC_NAMING = Naming.of(dcgm.CLASSIC)
+"""Classic names, ``Hostname``: the default of `Exporter`, as `dcgm.CLASSIC_DIALECT` is of the
+functions that write PromQL for it (the command passes `dcgm.DEFAULT_GENERATION`'s)."""
+
+
 def gpu_labels(host: str, gpu: GpuState, driver: str | None = None) -> list[str]:
-    """dcgm-exporter's label values for one GPU, in `LabelNames.gpu` order (a driver version
+    """dcgm-exporter's label values for one GPU, in `Naming.gpu` order (a driver version
     the host did not report is empty, which Prometheus reads as absent)."""
     return [
         str(gpu.index),
@@ -231,10 +248,10 @@ def exported_processes(processes: Iterable[GpuProcess]) -> list[GpuProcess]:
     return list(kept.values())
 
 
-def process_families(host_label: str = dcgm.HOST_LABEL) -> list[GaugeMetricFamily]:
+def process_families(host_label: str) -> list[GaugeMetricFamily]:
     """An empty family for each of `PROCESS_METRICS`, in its order, the host under
     ``host_label``."""
-    labels = (host_label, *PROCESS_LABELS[1:])
+    labels = (host_label, *PROCESS_LABELS)
     return [GaugeMetricFamily(m.name, m.help, labels=labels) for m in PROCESS_METRICS]
 
 
@@ -251,12 +268,10 @@ def add_processes(families: Sequence[GaugeMetricFamily], host: str, snapshot: Ho
 class FleetCollector(Collector):
     """Formats the fleet store's latest readings on each scrape."""
 
-    def __init__(
-        self, store: FleetStore, lock: threading.Lock, names: LabelNames = LabelNames()
-    ) -> None:
+    def __init__(self, store: FleetStore, lock: threading.Lock, naming: Naming) -> None:
         self._store = store
         self._lock = lock
-        self._names = names
+        self._naming = naming
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -269,11 +284,17 @@ class FleetCollector(Collector):
                 )
                 for host in self._store.hosts
             ]
-        host_label, gpu_label_names = self._names.host, self._names.gpu
-        families = {
-            m.name: GaugeMetricFamily(m.name, m.help, labels=gpu_label_names) for m in dcgm.METRICS
-        }
-        xid = GaugeMetricFamily(dcgm.XID_METRIC, dcgm.XID_HELP, labels=gpu_label_names)
+        naming = self._naming
+        host_label = naming.host
+        readings = [
+            (metric, unit, GaugeMetricFamily(name, help, labels=naming.gpu))
+            for metric in dcgm.METRICS
+            for name, help, unit in metric.written(naming.generations)
+        ]
+        xids = [
+            GaugeMetricFamily(name, help, labels=naming.gpu)
+            for name, help, _ in dcgm.XID.written(naming.generations)
+        ]
         findings = GaugeMetricFamily(
             dcgm.FINDINGS_METRIC,
             "Health findings of the console, by host, GPU (empty: host-wide), code and severity.",
@@ -308,15 +329,17 @@ class FleetCollector(Collector):
                 continue  # no readings: let Prometheus see the series end, not a frozen value
             for gpu in snapshot.gpus:
                 labels = gpu_labels(host, gpu, snapshot.driver_version)
-                xid.add_metric(labels, dcgm.last_xid(snapshot, gpu.index))
-                for metric in dcgm.METRICS:
+                for xid in xids:
+                    xid.add_metric(labels, dcgm.last_xid(snapshot, gpu.index))
+                for metric, unit, family in readings:
                     value = metric.value(gpu)
                     if value is not None:
-                        families[metric.name].add_metric(labels, value)
+                        family.add_metric(labels, unit.written(value))
             add_processes(processes, host, snapshot)
             host_processes.add_metric([host], len(snapshot.processes))
-        yield from families.values()
-        yield from (xid, findings, states, last)
+        yield from (family for _, _, family in readings)
+        yield from xids
+        yield from (findings, states, last)
         yield from processes
         yield host_processes
 
@@ -328,7 +351,7 @@ class Exporter:
         self,
         source: Source,
         refresh: float = 1.0,
-        names: LabelNames = LabelNames(),
+        naming: Naming = CLASSIC_NAMING,
         *,
         rules: Sequence[AlertRule] = (),
         alertmanager: AlertmanagerSender | None = None,
@@ -340,7 +363,7 @@ class Exporter:
         self.fleet = FleetSession(source.hosts, rules, alertmanager=alertmanager)
         self._lock = threading.Lock()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(FleetCollector(self.store, self._lock, names))
+        self.registry.register(FleetCollector(self.store, self._lock, naming))
         self._server: _MetricsServer | None = None
 
     @property

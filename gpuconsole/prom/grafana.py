@@ -32,7 +32,7 @@ class Panel:
     kind: str = "timeseries"
 
 
-def panels(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> tuple[Panel, ...]:
+def panels(dialect: dcgm.Dialect = dcgm.CLASSIC_DIALECT) -> tuple[Panel, ...]:
     """The dashboard's panels; ``$host`` is the dashboard's host variable."""
     sel = dialect.host_matchers("$host")
     legend = "".join(f"{{{{{label}}}}}" for label in dialect.host_labels) + " GPU {{gpu}}"
@@ -119,7 +119,7 @@ def panels(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> tuple[Panel, ...]:
     )
 
 
-def host_variable(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> dict[str, object]:
+def host_variable(dialect: dcgm.Dialect = dcgm.CLASSIC_DIALECT) -> dict[str, object]:
     """The ``host`` variable: the values of the host label on the utilization metric; with two
     host labels, each sample's value of whichever it carries (``query_result`` and a regex, as
     Grafana's ``label_values`` takes one label)."""
@@ -146,7 +146,7 @@ def host_variable(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> dict[str, obj
     }
 
 
-def dashboard(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> dict[str, object]:
+def dashboard(dialect: dcgm.Dialect = dcgm.CLASSIC_DIALECT) -> dict[str, object]:
     """The dashboard as Grafana's JSON model."""
     return {
         "uid": UID,
@@ -173,7 +173,7 @@ def dashboard(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> dict[str, object]
     }
 
 
-def dashboard_json(dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str:
+def dashboard_json(dialect: dcgm.Dialect = dcgm.CLASSIC_DIALECT) -> str:
     return json.dumps(dashboard(dialect), indent=2, ensure_ascii=False) + "\n"
 
 

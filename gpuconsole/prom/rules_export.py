@@ -32,7 +32,7 @@ from gpuconsole.telemetry import dcgm
 GROUP = "gpuconsole"
 
 
-def rule_expr(rule: AlertRule, dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str:
+def rule_expr(rule: AlertRule, dialect: dcgm.Dialect = dcgm.CLASSIC_DIALECT) -> str:
     """The PromQL that holds exactly where the console's rule holds."""
     classic = _classic_expr(rule, dialect)
     if classic is not None:
@@ -49,7 +49,7 @@ def _classic_expr(rule: AlertRule, dialect: dcgm.Dialect) -> str | None:
     return rule.condition.promql(dialect.host_by, host_scope=rule.scope == "host")
 
 
-def requirement(rule: AlertRule, dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str | None:
+def requirement(rule: AlertRule, dialect: dcgm.Dialect = dcgm.CLASSIC_DIALECT) -> str | None:
     """What a rule needs beyond dcgm-exporter's default collector file, None when nothing."""
     classic = _classic_expr(rule, dialect)
     needed = [] if classic is None else dcgm.outside_defaults(classic)
@@ -64,7 +64,7 @@ def requirement(rule: AlertRule, dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -
     )
 
 
-def go_template(message: str, dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str:
+def go_template(message: str, dialect: dcgm.Dialect = dcgm.CLASSIC_DIALECT) -> str:
     """A rule message with Prometheus's template syntax in place of the console's fields."""
     labels = [f"$labels.{label}" for label in dialect.host_labels]
     host = labels[0] if len(labels) == 1 else f"or {' '.join(labels)}"
@@ -91,7 +91,7 @@ def _literal_template(text: str) -> str:
     return text.replace("{", '{{ "{" }}')
 
 
-def rules_yaml(rules: Sequence[AlertRule], dialect: dcgm.Dialect = dcgm.CONSOLE_DIALECT) -> str:
+def rules_yaml(rules: Sequence[AlertRule], dialect: dcgm.Dialect = dcgm.CLASSIC_DIALECT) -> str:
     """A Prometheus rules file with one alerting rule per console rule."""
     names = " or ".join(
         "the classic names" if g == dcgm.CLASSIC else f"dcgm-exporter {g}'s names"

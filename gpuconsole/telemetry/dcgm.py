@@ -1,9 +1,9 @@
 """NVIDIA dcgm-exporter's metric and label names, their units, and how each maps to a `GpuState`
 field: the one home of these names.
 
-One table serves the exporter (which writes the classic names), the Prometheus source (which
-reads every spelling back), the exported alert rules and the Grafana dashboard (which select one
-generation of names, or both).
+One table serves the exporter, the exported alert rules and the Grafana dashboard (which each
+write or select one generation of names, or both: `DEFAULT_GENERATION` unless told otherwise) and
+the Prometheus source (which reads every spelling back).
 
 Two generations of names:
 
@@ -49,16 +49,40 @@ CLASSIC = "classic"
 CURRENT = "4.9"
 GENERATIONS = (CLASSIC, CURRENT)
 """dcgm-exporter's generations of metric names; `CURRENT` is its current release's."""
+BOTH = "both"
+CHOICES = (*GENERATIONS, BOTH)
+"""What ``--dcgm-exporter`` takes: one generation of names, or both."""
+DEFAULT_GENERATION = CURRENT
+"""The names ``gpuconsole exporter`` serves and ``rules export`` and ``grafana export`` read
+unless ``--dcgm-exporter`` says otherwise: one default for the three, so that the rules and the
+dashboard exported with their defaults read what the exporter serves with its own, and, being
+dcgm-exporter's current release's, what a fleet that runs it serves too."""
+
+
+def generations_of(choice: str) -> tuple[str, ...]:
+    """The generations a `CHOICES` value names, in `GENERATIONS` order."""
+    return GENERATIONS if choice == BOTH else (choice,)
+
 
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
 """The labels dcgm-exporter puts first on every GPU metric, in its order (the host follows)."""
 HOST_LABELS = ("Hostname", "hostname")
-"""The host's label: dcgm-exporter before 4.8.3 (and the console's exporter by default), then
-4.8.3 and later."""
-HOST_LABEL = "Hostname"
+"""The host's label, in `GENERATIONS` order: dcgm-exporter before 4.8.3, then 4.8.3 and later
+(the classic names carried either)."""
+HOST_LABEL = HOST_LABELS[0]
+"""The classic host label, which the console's alerts sent to Alertmanager carry."""
 DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")
-"""The driver-version label: classic, then dcgm-exporter 4.9."""
-DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
+"""The driver-version label, in `GENERATIONS` order: classic, then dcgm-exporter 4.9."""
+
+
+def labels_written(generations: Sequence[str]) -> tuple[str, str]:
+    """The host and driver-version labels of a dcgm-exporter that writes ``generations``: the
+    newest one's. With both generations, 4.9's: the classic names were written with ``hostname``
+    too (4.8.3, 4.8.4), and one label set for either name lets PromQL's ``or`` keep one series
+    per GPU."""
+    newest = max(GENERATIONS.index(generation) for generation in generations)
+    return HOST_LABELS[newest], DRIVER_LABELS[newest]
+
 
 MIB = 1024.0 * 1024.0
 
@@ -68,18 +92,20 @@ class Dialect:
     """How a fleet's dcgm-exporter names things, for the PromQL written for it: the generations
     of metric names it writes and the label(s) that name the host."""
 
-    generations: tuple[str, ...] = (CURRENT,)
-    host_labels: tuple[str, ...] = ("hostname",)
+    generations: tuple[str, ...]
+    host_labels: tuple[str, ...]
 
     @classmethod
     def of(cls, generation: str, host_label: str | None = None) -> Dialect:
-        """``generation``: "classic", "4.9" or "both". Without a ``host_label``, the labels
-        those releases write: 4.9 writes ``hostname``; the classic names span releases that
-        wrote ``Hostname`` (up to 4.8.2) and ``hostname`` (4.8.3, 4.8.4), so both are used."""
-        generations = GENERATIONS if generation == "both" else (generation,)
+        """``generation``: one of `CHOICES`. Without a ``host_label``, the labels those releases
+        write: 4.9 writes ``hostname``; the classic names span releases that wrote ``Hostname``
+        (up to 4.8.2) and ``hostname`` (4.8.3, 4.8.4), so both are used."""
+        generations = generations_of(generation)
         if host_label is not None:
             return cls(generations, (host_label,))
-        return cls(generations, ("hostname",) if generations == (CURRENT,) else HOST_LABELS)
+        if generations == (CURRENT,):
+            return cls(generations, (labels_written(generations)[0],))
+        return cls(generations, HOST_LABELS)
 
     @property
     def host_by(self) -> str:
@@ -94,8 +120,9 @@ class Dialect:
         return "{" + ",".join(f'{label}=~"{pattern}|"' for label in self.host_labels) + "}"
 
 
-CONSOLE_DIALECT = Dialect((CLASSIC,), (HOST_LABEL,))
-"""The console's own exporter's, with its default labels: classic names, ``Hostname``."""
+CLASSIC_DIALECT = Dialect((CLASSIC,), (HOST_LABEL,))
+"""Classic names, ``Hostname``: dcgm-exporter up to 4.8.2, and the default of the functions that
+write PromQL (the commands pass `DEFAULT_GENERATION`'s)."""
 
 
 def reason_mask(reasons: tuple[str, ...] | None) -> float | None:
@@ -123,6 +150,10 @@ class Unit:
     def convert(self, value: float) -> float:
         return value * self.multiply / self.divide
 
+    def written(self, value: float) -> float:
+        """A value in the console's unit, in this one (as an exporter writes it)."""
+        return value * self.divide / self.multiply
+
     def promql(self, selector: str) -> str:
         """``selector`` in the console's unit, parenthesized when converted."""
         if self.multiply != 1.0:
@@ -145,8 +176,8 @@ def _number(value: float) -> str:
 @dataclass(frozen=True, slots=True)
 class DcgmMetric:
     """One dcgm-exporter metric: its classic name, its help text, the `GpuState` value it
-    carries, its name in dcgm-exporter 4.9 (with the unit conversion back), and whether
-    dcgm-exporter collects it by default."""
+    carries, its name in dcgm-exporter 4.9 (with the unit conversion back and, where the unit
+    changed, its help text), and whether dcgm-exporter collects it by default."""
 
     field: str
     """The console's name for the reading (used by the source and the rule language)."""
@@ -162,6 +193,8 @@ class DcgmMetric:
     read only when the fleet's collector file adds it."""
     aliases: tuple[tuple[str, Unit], ...] = ()
     """Further names that carry the reading, read by the source after the two above."""
+    current_help: str = ""
+    """The help text under 4.9's name ("" when `help` holds: same unit)."""
 
     @property
     def current_name(self) -> str:
@@ -177,6 +210,15 @@ class DcgmMetric:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.spellings())
+
+    def written(self, generations: Sequence[str]) -> tuple[tuple[str, str, Unit], ...]:
+        """The names an exporter of ``generations`` writes the reading under, each with its help
+        text and unit: one per generation, one in all where 4.9 kept the classic name. A field
+        outside dcgm-exporter's defaults is written as DCGM 4.7 names it, like the others."""
+        classic = (self.name, self.help, SAME)
+        current = (self.current_name, self.current_help or self.help, self.unit)
+        named = {CLASSIC: classic, CURRENT: current}
+        return tuple({named[g][0]: named[g] for g in generations}.values())
 
     def spelled(self, generations: Sequence[str]) -> tuple[tuple[str, Unit], ...]:
         """The names PromQL for ``generations`` selects: a default field's name in each of them;
@@ -226,6 +268,7 @@ METRICS: tuple[DcgmMetric, ...] = (
         "DCGM_FI_DEV_GPU_UTIL_RATIO",
         PERCENT_OF_RATIO,
         default=True,
+        current_help="GPU utilization (ratio, 0-1).",
     ),
     DcgmMetric(
         "memory_utilization_pct",
@@ -235,6 +278,7 @@ METRICS: tuple[DcgmMetric, ...] = (
         "DCGM_FI_DEV_MEMORY_UTIL_RATIO",
         PERCENT_OF_RATIO,
         default=True,
+        current_help="Memory utilization (ratio, 0-1).",
     ),
     DcgmMetric(
         "memory_used_mib",
@@ -244,6 +288,7 @@ METRICS: tuple[DcgmMetric, ...] = (
         "DCGM_FI_DEV_FB_USED_BYTES",
         MIB_OF_BYTES,
         default=True,
+        current_help="Framebuffer memory used (in bytes).",
     ),
     DcgmMetric(
         "memory_free_mib",
@@ -253,6 +298,7 @@ METRICS: tuple[DcgmMetric, ...] = (
         "DCGM_FI_DEV_FB_FREE_BYTES",
         MIB_OF_BYTES,
         default=True,
+        current_help="Framebuffer memory free (in bytes).",
     ),
     DcgmMetric(
         "temperature_c",
@@ -297,6 +343,7 @@ METRICS: tuple[DcgmMetric, ...] = (
         "DCGM_FI_DEV_SM_CLOCK_HERTZ",
         MHZ_OF_HERTZ,
         default=True,
+        current_help="SM clock frequency (in Hz).",
     ),
     DcgmMetric(
         "sm_clock_max_mhz",
@@ -305,6 +352,7 @@ METRICS: tuple[DcgmMetric, ...] = (
         lambda g: g.sm_clock_max_mhz,
         "DCGM_FI_DEV_SM_MAX_CLOCK_HERTZ",
         MHZ_OF_HERTZ,
+        current_help="Maximum SM clock frequency (in Hz).",
     ),
     DcgmMetric(
         "memory_clock_mhz",
@@ -314,6 +362,7 @@ METRICS: tuple[DcgmMetric, ...] = (
         "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ",
         MHZ_OF_HERTZ,
         default=True,
+        current_help="Memory clock frequency (in Hz).",
     ),
     DcgmMetric(
         "memory_clock_max_mhz",
@@ -322,6 +371,7 @@ METRICS: tuple[DcgmMetric, ...] = (
         lambda g: g.memory_clock_max_mhz,
         "DCGM_FI_DEV_MEMORY_MAX_CLOCK_HERTZ",
         MHZ_OF_HERTZ,
+        current_help="Maximum memory clock frequency (in Hz).",
     ),
     DcgmMetric(
         "throttle_mask",
