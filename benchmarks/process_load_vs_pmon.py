@@ -101,9 +101,11 @@ def agent_loads(nvml: agent_module.Nvml) -> dict[int, float | None]:
 
 def call_cost_ms(nvml: agent_module.Nvml, calls: int = 200) -> float:
     device = agent_module.NvmlDevice(nvml, 0)
+    handle, _ = device.handle()
+    assert handle is not None, "GPU 0 gives no handle"
     start = time.perf_counter()
     for _ in range(calls):
-        device._loads()
+        device._loads(handle)
     return (time.perf_counter() - start) / calls * 1000
 
 

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -36,6 +37,8 @@ from gpuconsole.telemetry.wire import (
     agent_script,
     encode_command,
 )
+from tests.nvml_standin import INSUFFICIENT_SIZE as INSUFFICIENT_SIZE  # test_process_load's
+from tests.nvml_standin import StandinLibrary
 from tests.standin import MISSING_PID, write_standin_smi
 
 SCRIPT = agent_script()
@@ -244,68 +247,29 @@ def test_nvml_mode_without_nvml_exits_saying_why(start) -> None:
     assert "libnvidia-ml.so.1 cannot be loaded" in agent.stderr()
 
 
-# --- nvml, against a stand-in library ------------------------------------------------------------
-
-NOT_SUPPORTED, INSUFFICIENT_SIZE, GPU_IS_LOST = 3, 7, 15
+# --- nvml, against a stand-in library (tests/test_agent_nvml.py has the rest) --------------------
 
 
-class FakeNvmlLibrary:
-    """Answers NVML calls by name as libnvidia-ml does, through the same ctypes arguments: GPU 1
-    has fallen off the bus, fans and ECC are not supported, and GPU 0 runs ``processes``."""
-
-    WITHOUT_A_DEVICE = frozenset({"nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2"})
+class FakeNvmlLibrary(StandinLibrary):
+    """Two GPUs: GPU 1 has fallen off the bus, and GPU 0 answers only its name, P-state, power
+    and clock-event reasons (every other call is not supported) and runs ``processes``, (pid,
+    used bytes) pairs."""
 
     def __init__(self, processes: list[tuple[int, int]]) -> None:
-        self.processes = processes
-        self.process_calls = 0
-
-    def __getattr__(self, name: str) -> Callable[..., int]:
-        """A device call nobody wrote answers NOT_SUPPORTED; any other is not in the library."""
-        own = getattr(type(self), "_" + name, None)
-        device_call = name.startswith("nvmlDevice") and name not in self.WITHOUT_A_DEVICE
-        if own is None and not device_call:
-            raise AttributeError(name)
-        answer = (lambda *args: NOT_SUPPORTED) if own is None else own.__get__(self)
-        if not device_call:
-            return answer
-        return lambda handle, *args: GPU_IS_LOST if handle.value == 2 else answer(*args)
-
-    @staticmethod
-    def _set(reference: object, value: object) -> int:
-        reference._obj.value = value  # type: ignore[attr-defined]
-        return 0
-
-    def _nvmlInit_v2(self) -> int:
-        return 0
-
-    def _nvmlDeviceGetCount_v2(self, count: object) -> int:
-        return self._set(count, 2)
-
-    def _nvmlDeviceGetHandleByIndex_v2(self, index: int, handle: object) -> int:
-        return self._set(handle, index + 1)
-
-    def _nvmlDeviceGetName(self, buffer: ctypes.Array, length: object) -> int:
-        buffer.value = b"NVIDIA H200"
-        return 0
-
-    def _nvmlDeviceGetPerformanceState(self, pstate: object) -> int:
-        return self._set(pstate, 0)
-
-    def _nvmlDeviceGetPowerUsage(self, milliwatts: object) -> int:
-        return self._set(milliwatts, 123_450)
-
-    def _nvmlDeviceGetCurrentClocksEventReasons(self, mask: object) -> int:
-        return self._set(mask, 0x41)
-
-    def _nvmlDeviceGetComputeRunningProcesses_v3(self, count: object, infos: object) -> int:
-        self.process_calls += 1
-        wanted = len(self.processes)
-        if infos is None or count._obj.value < wanted:  # type: ignore[attr-defined]
-            self._set(count, wanted)
-            return INSUFFICIENT_SIZE
-        for slot, (pid, used) in zip(infos, self.processes, strict=False):  # type: ignore[call-overload]
-            slot.pid, slot.usedGpuMemory, slot.gpuInstanceId = pid, used, 0xFFFFFFFF
-        return self._set(count, wanted)
+        running = [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in processes]
+        super().__init__(
+            [
+                {
+                    "nvmlDeviceGetName": "NVIDIA H200",
+                    "nvmlDeviceGetPerformanceState": 0,
+                    "nvmlDeviceGetPowerUsage": 123_450,
+                    "nvmlDeviceGetCurrentClocksEventReasons": 0x41,
+                    "nvmlDeviceGetComputeRunningProcesses": running,
+                },
+                {},
+            ]
+        )
+        self.faults[1] = "lost"
 
 
 def test_nvml_reads_each_field_alone_and_keeps_going_past_a_lost_gpu() -> None:
@@ -315,16 +279,14 @@ def test_nvml_reads_each_field_alone_and_keeps_going_past_a_lost_gpu() -> None:
     assert (first["name"], first["pstate"], first["power_w"]) == ("NVIDIA H200", 0, 123.45)
     assert first["throttle_mask"] == 0x41 and first["lost"] is False
     assert first["fan_pct"] is None and first["temperature_c"] is None
-    assert first["ecc"] == dict.fromkeys(
-        (
-            "volatile_corrected",
-            "volatile_uncorrected",
-            "aggregate_corrected",
-            "aggregate_uncorrected",
-        )
-    )
-    assert lost["lost"] is True and lost["name"] is None and lost["index"] == 1
-    assert library.process_calls == 2  # asked the size, then asked again with room
+    assert first["ecc"] is None  # ECC mode not readable: no counts asked for
+    assert lost == dict.fromkeys(agent_module.GPU_KEYS) | {
+        "index": 1,
+        "lost": True,
+        "mig_instances": [],
+    }
+    # Asked the size, then asked again with room.
+    assert library.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 2
     mine, gone = processes
     assert (mine["pid"], mine["gpu"], mine["used_memory_mib"]) == (os.getpid(), 0, 512.0)
     assert (mine["kind"], mine["mig_instance"], mine["user"]) == (
@@ -431,7 +393,7 @@ def test_signal_to_a_process_that_has_exited(start) -> None:
         ({"cmd": "signal", "pid": 0, "signal": "TERM", "command": "x"}, "needs pid"),
         ({"cmd": "signal", "pid": 5, "signal": "HUP", "command": "x"}, "needs signal"),
         ({"cmd": "reboot"}, "unknown command 'reboot'"),
-        ({"cmd": "interval", "v": 2, "seconds": 1}, "protocol version 2, not 1"),
+        ({"cmd": "interval", "v": 1, "seconds": 1}, "protocol version 1, not 2"),
     ],
 )
 def test_malformed_commands_with_an_id_are_refused(start, command, message) -> None:

@@ -1,4 +1,5 @@
-"""`NvmlSource` over a stand-in for pynvml's calls.
+"""`NvmlSource` over the stand-in libnvidia-ml (tests/nvml_standin.py), with pynvml answering
+from the same tables for the topology and the XID events.
 
 What one healthy H200 cannot show is shown here: every field at once, MIG instances, an NVSwitch
 board, XID events, and GPUs that stop answering. The stand-in answers with values of the kind an
@@ -28,176 +29,57 @@ from gpuconsole.model import (
     RowRemap,
     XidEvent,
 )
+from gpuconsole.telemetry import agent as agent_module
 from gpuconsole.telemetry.containers import container_of_pid
 from gpuconsole.telemetry.nvml import NvmlSource, XidWatcher
-from gpuconsole.telemetry.nvml import device as nvml_device
-
-MIB = 2**20
-GIB = 2**30
-HOST = "gpu01"
-SM, MEM = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
-CORRECTED, UNCORRECTED = (
-    pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-    pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+from tests.nvml_standin import (
+    FAULTS,
+    StandinLibrary,
+    h200,
+    in_mig_mode,
+    mig_device,
+    refuse,
 )
-VOLATILE, AGGREGATE = pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC
+
+HOST = "gpu01"
 
 
-def refuse(code: int = pynvml.NVML_ERROR_NOT_SUPPORTED) -> Callable[..., Any]:
-    def refused(*_: Any) -> Any:
-        raise pynvml.NVMLError(code)
-
-    return refused
-
-
-def recovery_field(_: Any, ids: list[int]) -> list[Any]:
-    field = pynvml.c_nvmlFieldValue_t()
-    field.fieldId = ids[0]
-    field.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-    field.nvmlReturn = pynvml.NVML_SUCCESS
-    field.value.uiVal = 1  # NVML_GPU_RECOVERY_ACTION_GPU_RESET
-    return [field]
-
-
-def h200(index: int) -> dict[str, Any]:
-    """The answers of one busy H200 on an NVSwitch board, by pynvml function name."""
-    return {
-        "nvmlDeviceGetName": "NVIDIA H200",
-        "nvmlDeviceGetUUID": f"GPU-{index:08x}-1111-2222-3333-444444444444",
-        "nvmlDeviceGetPciInfo": SimpleNamespace(busId=f"0000BEEF:{0x18 + index:02X}:00.0".encode()),
-        "nvmlDeviceGetUtilizationRates": SimpleNamespace(gpu=87, memory=41),
-        # Version 2 (a version argument) leaves out the driver's reserved memory.
-        "nvmlDeviceGetMemoryInfo": lambda _, *version: SimpleNamespace(
-            total=143771 * MIB, used=(80000 if version else 80500) * MIB
-        ),
-        "nvmlDeviceGetTemperatureV": 61,
-        # The H200's thresholds through NVML: slowdown 89 °C, shutdown 95 °C.
-        "nvmlDeviceGetTemperatureThreshold": {
-            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 89,
-            pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 95,
-        },
-        "nvmlDeviceGetPowerUsage": 612_340,
-        "nvmlDeviceGetEnforcedPowerLimit": 700_000,
-        "nvmlDeviceGetPowerManagementLimitConstraints": [200_000, 700_000],
-        "nvmlDeviceGetPowerManagementDefaultLimit": 700_000,
-        "nvmlDeviceGetClockInfo": {SM: 1980, MEM: 3201},
-        "nvmlDeviceGetMaxClockInfo": {SM: 1980, MEM: 3201},
-        "nvmlDeviceGetApplicationsClock": {SM: 1980, MEM: 3201},
-        # KB/s over 20 ms, as the loaded H200's nvidia-smi -q gave them.
-        "nvmlDeviceGetPcieThroughput": {
-            pynvml.NVML_PCIE_UTIL_TX_BYTES: 7712,
-            pynvml.NVML_PCIE_UTIL_RX_BYTES: 15966,
-        },
-        "nvmlDeviceGetPerformanceState": 0,
-        "nvmlDeviceGetCurrentClocksEventReasons": pynvml.nvmlClocksEventReasonSwPowerCap,
-        "nvmlDeviceGetEccMode": [1, 1],
-        "nvmlDeviceGetTotalEccErrors": lambda _, kind, counter: {
-            (CORRECTED, VOLATILE): 3,
-            (UNCORRECTED, VOLATILE): 0,
-            (CORRECTED, AGGREGATE): 12,
-            (UNCORRECTED, AGGREGATE): 1,
-        }[kind, counter],
-        "nvmlDeviceGetRemappedRows": (2, 0, 1, 0),
-        "nvmlDeviceGetFieldValues": recovery_field,
-        "nvmlDeviceGetCurrPcieLinkGeneration": 5,
-        "nvmlDeviceGetCurrPcieLinkWidth": 16,
-        "nvmlDeviceGetMaxPcieLinkGeneration": 5,
-        "nvmlDeviceGetMaxPcieLinkWidth": 16,
-        "nvmlDeviceGetPersistenceMode": 1,
-        "nvmlDeviceGetComputeMode": pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
-        "nvmlDeviceGetMigMode": [0, 0],
-        "nvmlDeviceGetComputeRunningProcesses": [
-            SimpleNamespace(pid=os.getpid(), usedGpuMemory=4 * GIB)
-        ],
-        "nvmlDeviceGetGraphicsRunningProcesses": [],
-        "nvmlDeviceGetTopologyCommonAncestor": pynvml.NVML_TOPOLOGY_SYSTEM,
-        "nvmlDeviceGetNvLinkState": lambda _, link: 1 if link < 18 else refuse()(),
-        "nvmlDeviceGetNvLinkRemoteDeviceType": pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH,
-        "nvmlDeviceGetNvLinkRemotePciInfo": SimpleNamespace(busId=b"0000BEEF:A0:00.0"),
-        "nvmlDeviceGetCpuAffinity": lambda _, words: [0xFFFF] + [0] * (words - 1),
-        # GPUs 0 and 1 on NUMA node 0, the others on node 1.
-        "nvmlDeviceGetMemoryAffinity": lambda _, words, scope: (
-            [1 << (index >= 2)] + [0] * (words - 1)
-        ),
-    }
-
-
-def mig_device(gpu_instance: int, profile: str, total_mib: int, used_mib: int) -> dict[str, Any]:
-    return {
-        "nvmlDeviceGetGpuInstanceId": gpu_instance,
-        "nvmlDeviceGetComputeInstanceId": 0,
-        "nvmlDeviceGetName": f"NVIDIA H200 MIG {profile}",
-        "nvmlDeviceGetUUID": f"MIG-{gpu_instance:08x}-aaaa-bbbb-cccc-dddddddddddd",
-        "nvmlDeviceGetMemoryInfo": SimpleNamespace(total=total_mib * MIB, used=used_mib * MIB),
-        "nvmlDeviceGetComputeRunningProcesses": [
-            SimpleNamespace(pid=os.getpid() if gpu_instance == 1 else 999_999, usedGpuMemory=None)
-        ],
-    }
-
-
-class FakeNvml:
-    """pynvml's calls answered from per-GPU tables: ``gpus[i]`` maps function names to answers
-    (a value, a dict keyed by the call's second argument, or a function of the call's
-    arguments); a function or a dict's key not there is refused as not supported. A GPU's
-    ``fault`` makes every call on it fail: "lost" or "unknown"."""
+class FakeNvml(StandinLibrary):
+    """The stand-in libnvidia-ml with ``count`` H200s, as the library pynvml loaded (the one
+    `NvmlSource` reads the GPUs through), and pynvml's device calls answering from the same
+    tables for the topology and the XID events: ``events`` are the XID events to deliver."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, count: int) -> None:
-        self.gpus = [h200(i) for i in range(count)]
-        self.faults: dict[int, str] = {}
-        self.handle_errors: dict[int, int] = {}
-        self.migs: dict[int, list[dict[str, Any]]] = {}
-        self.shutdowns = 0
-        self.asked: Counter[str] = Counter()
+        super().__init__([h200(i) for i in range(count)])
         self.events: list[Any] = []
         for name in dir(pynvml):
-            if name.startswith(("nvmlDevice", "nvmlGpuInstance", "nvmlEventSet")):
-                monkeypatch.setattr(pynvml, name, self._answer(name))
-        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
-        monkeypatch.setattr(pynvml, "nvmlShutdown", self._shutdown)
-        monkeypatch.setattr(pynvml, "nvmlSystemGetDriverVersion", lambda: "580.159.04")
-        monkeypatch.setattr(pynvml, "nvmlSystemGetCudaDriverVersion", lambda: 13000)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: len(self.gpus))
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", self._handle)
-        monkeypatch.setattr(pynvml, "nvmlDeviceGetMigDeviceHandleByIndex", self._mig_handle)
+            if name.startswith("nvmlDevice"):
+                monkeypatch.setattr(pynvml, name, self._pynvml_answer(name))
+        monkeypatch.setattr(pynvml, "nvmlLib", self)
+        monkeypatch.setattr(pynvml, "nvmlInit", self._pynvml_init)
+        monkeypatch.setattr(pynvml, "nvmlShutdown", self._pynvml_shutdown)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", self._pynvml_handle)
         monkeypatch.setattr(pynvml, "nvmlEventSetCreate", lambda: "event set")
         monkeypatch.setattr(pynvml, "nvmlDeviceRegisterEvents", lambda *_: None)
         monkeypatch.setattr(pynvml, "nvmlEventSetWait", self._wait)
         monkeypatch.setattr(pynvml, "nvmlEventSetFree", lambda _: None)
 
-    def _shutdown(self) -> None:
-        self.shutdowns += 1
+    def _pynvml_init(self) -> None:
+        self.inits += 1
 
-    def _handle(self, index: int) -> int:
+    def _pynvml_shutdown(self) -> None:
+        self.inits -= 1
+
+    def _pynvml_handle(self, index: int) -> int:
         if index in self.handle_errors:
             raise pynvml.NVMLError(self.handle_errors[index])
-        return index + 1  # a pointer's value: NVML's handles are never NULL
+        return index + 1  # the handle the library gives
 
-    def _mig_handle(self, handle: int, slot: int) -> tuple[int, int]:
-        if slot >= len(self.migs.get(handle - 1, ())):
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        return (handle - 1, slot)
-
-    def _table(self, handle: int | tuple[int, int]) -> dict[str, Any]:
-        gpu = handle[0] if isinstance(handle, tuple) else handle - 1
-        fault = self.faults.get(gpu)
-        if fault:
-            code = {"lost": pynvml.NVML_ERROR_GPU_IS_LOST, "unknown": pynvml.NVML_ERROR_UNKNOWN}
-            raise pynvml.NVMLError(code[fault])
-        return self.migs[gpu][handle[1]] if isinstance(handle, tuple) else self.gpus[gpu]
-
-    def _answer(self, name: str) -> Callable[..., Any]:
-        def answer(handle: Any = None, *args: Any) -> Any:
-            self.asked[name] += 1
-            value = self._table(handle).get(name) if handle is not None else None
-            if value is None:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            if callable(value):
-                return value(handle, *args)
-            if isinstance(value, dict):
-                if args[0] not in value:
-                    raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-                return value[args[0]]
-            return value
+    def _pynvml_answer(self, name: str) -> Callable[..., Any]:
+        def answer(handle: int, *args: Any) -> Any:
+            if handle - 1 in self.faults:
+                raise pynvml.NVMLError(FAULTS[self.faults[handle - 1]])
+            return self._answer(name, self.gpus[handle - 1], handle, args)
 
         return answer
 
@@ -241,6 +123,8 @@ def test_a_reading_fills_every_field(nvml: FakeNvml, source: MakeSource) -> None
             name="NVIDIA H200",
             uuid="GPU-00000000-1111-2222-3333-444444444444",
             pci_bus_id="0000BEEF:18:00.0",
+            serial="1654922000000",
+            vbios_version="96.00.A5.00.01",
             utilization_pct=87.0,
             memory_utilization_pct=41.0,
             memory_used_mib=80000.0,
@@ -264,6 +148,7 @@ def test_a_reading_fills_every_field(nvml: FakeNvml, source: MakeSource) -> None
             throttle_reasons=("sw-power-cap",),
             ecc=EccCounts(3, 0, 12, 1),
             remap=RowRemap(correctable=2, uncorrectable=0, pending=True, failure=False),
+            retired_pages_pending=False,
             recovery_action="gpu-reset",
             pcie=PcieLink(gen=5, width=16, max_gen=5, max_width=16),
             pcie_tx_kib_s=7712.0,
@@ -302,21 +187,19 @@ def test_ecc_disabled_gives_no_counts(nvml: FakeNvml, source: MakeSource) -> Non
     assert source().read(HOST).gpus[0].ecc is None
 
 
-def test_older_bindings_fall_back_to_the_older_calls(nvml: FakeNvml, source: MakeSource) -> None:
+def test_an_older_driver_is_read_with_the_older_calls(nvml: FakeNvml, source: MakeSource) -> None:
+    nvml.missing = {"nvmlDeviceGetTemperatureV", "nvmlDeviceGetCurrentClocksEventReasons"}
     table = nvml.gpus[0]
-    table["nvmlDeviceGetTemperature"] = table.pop("nvmlDeviceGetTemperatureV")
-    table["nvmlDeviceGetCurrentClocksThrottleReasons"] = table.pop(
+    table["nvmlDeviceGetTemperature"] = table["nvmlDeviceGetTemperatureV"]
+    table["nvmlDeviceGetCurrentClocksThrottleReasons"] = table[
         "nvmlDeviceGetCurrentClocksEventReasons"
-    )
+    ]
     gpu = source().read(HOST).gpus[0]
     assert (gpu.temperature_c, gpu.throttle_reasons) == (61.0, ("sw-power-cap",))
 
 
 def test_mig_instances_and_their_processes(nvml: FakeNvml, source: MakeSource) -> None:
-    table = nvml.gpus[0]
-    table["nvmlDeviceGetMigMode"] = [1, 1]
-    table["nvmlDeviceGetMaxMigDeviceCount"] = 7
-    del table["nvmlDeviceGetUtilizationRates"]  # NVML has none for a GPU in MIG mode
+    in_mig_mode(nvml.gpus[0])
     nvml.migs[0] = [mig_device(1, "3g.71gb", 71_424, 30_000), mig_device(2, "1g.18gb", 17_664, 0)]
     snapshot = source().read(HOST)
     (gpu,) = snapshot.gpus
@@ -425,16 +308,16 @@ def test_a_handle_got_only_on_the_second_try_gives_no_traffic_yet(
 ) -> None:
     """NVML refused the GPU's handle when its traffic was asked for, then gave it: the reading
     has everything but the traffic, which the next reading has."""
-    give = pynvml.nvmlDeviceGetHandleByIndex
+    give = nvml.nvmlDeviceGetHandleByIndex_v2
     tries: Counter[int] = Counter()
 
-    def refused_once(index: int) -> Any:
+    def refused_once(index: int, handle: Any) -> int:
         tries[index] += 1
         if tries[index] == 1:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
-        return give(index)
+            return pynvml.NVML_ERROR_NO_PERMISSION
+        return give(index, handle)
 
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", refused_once)
+    monkeypatch.setattr(nvml, "nvmlDeviceGetHandleByIndex_v2", refused_once)
     nvml_source = source()
     first = nvml_source.read(HOST).gpus[0]
     assert (first.name, first.pcie_tx_kib_s) == ("NVIDIA H200", None)
@@ -444,7 +327,7 @@ def test_a_handle_got_only_on_the_second_try_gives_no_traffic_yet(
 def test_a_change_of_mig_mode_asks_again_what_was_not_supported(
     nvml: FakeNvml, source: MakeSource, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(nvml_device, "MODE_REFRESH_S", 0.0)
+    monkeypatch.setattr(agent_module, "MODE_REFRESH_S", 0.0)
     table = nvml.gpus[0]
     utilization = table.pop("nvmlDeviceGetUtilizationRates")
     table["nvmlDeviceGetMigMode"] = [1, 1]
@@ -488,6 +371,8 @@ def test_a_gpu_that_is_lost_keeps_its_identity_and_spares_the_others(
         name="NVIDIA H200",
         uuid=before.gpus[1].uuid,
         pci_bus_id="0000BEEF:19:00.0",
+        serial="1654922000001",
+        vbios_version="96.00.A5.00.01",
         lost=True,
     )
     assert [p.gpu for p in after.processes] == [0]
@@ -533,7 +418,7 @@ def test_xid_events_from_nvml_and_the_kernel_log(nvml: FakeNvml, source: MakeSou
     nvml_source.close()
     assert events[0] == logged
     assert (events[1].xid, events[1].gpu) == (94, 0)
-    assert nvml.shutdowns == 1
+    assert nvml.inits == 0  # pynvml's and the reader's, each shut down
 
 
 def test_xid_watcher_without_nvml_events(nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -549,7 +434,9 @@ def test_xid_watcher_without_nvml_events(nvml: FakeNvml, monkeypatch: pytest.Mon
 def test_close_then_read_again(nvml: FakeNvml, source: MakeSource) -> None:
     nvml_source = source()
     nvml_source.read(HOST)
+    assert nvml.inits == 2  # pynvml's and the reader's
     nvml_source.close()
-    assert nvml.shutdowns == 1
+    assert nvml.inits == 0
     assert nvml_source.read(HOST).gpus[0].name == "NVIDIA H200"
     nvml_source.close()
+    assert nvml.inits == 0

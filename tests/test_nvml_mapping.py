@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
 
 import pynvml
 import pytest
@@ -18,11 +17,8 @@ from gpuconsole.telemetry.nvml import (
     ancestor_word,
     compute_mode_name,
     cpu_ranges,
-    cuda_version_text,
-    field_number,
     init_failure_reason,
     link_peer,
-    merge_running,
     merge_xids,
     mig_profile,
     nvlink_words,
@@ -182,13 +178,6 @@ def test_compute_mode_name(value: int | None, name: str | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "text"), [(12080, "12.8"), (12020, "12.2"), (13000, "13.0"), (11040, "11.4")]
-)
-def test_cuda_version_text(version: int, text: str) -> None:
-    assert cuda_version_text(version) == text
-
-
-@pytest.mark.parametrize(
     ("name", "profile"),
     [
         ("NVIDIA H200 MIG 1g.18gb", "1g.18gb"),
@@ -199,41 +188,6 @@ def test_cuda_version_text(version: int, text: str) -> None:
 )
 def test_mig_profile(name: str | None, profile: str | None) -> None:
     assert mig_profile(name) == profile
-
-
-def _field(value_type: int, member: str, number: float, result: int = pynvml.NVML_SUCCESS):
-    field = pynvml.c_nvmlFieldValue_t()
-    field.valueType = value_type
-    field.nvmlReturn = result
-    setattr(field.value, member, number)
-    return field
-
-
-def test_field_number_reads_the_union_member_of_the_value_type() -> None:
-    assert field_number(_field(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 2)) == 2
-    assert field_number(_field(pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**40)) == 2**40
-    assert field_number(_field(pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 1.5)) == 1.5
-
-
-def test_field_number_is_none_for_a_field_nvml_could_not_read() -> None:
-    refused = _field(
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 0, pynvml.NVML_ERROR_NOT_SUPPORTED
-    )
-    assert field_number(refused) is None
-
-
-def test_merge_running_joins_compute_and_graphics() -> None:
-    def process(pid: int, used: int | None) -> SimpleNamespace:
-        return SimpleNamespace(pid=pid, usedGpuMemory=used)
-
-    merged = merge_running(
-        [process(10, 2**30), process(11, None)], [process(10, 2**20), process(12, 5)]
-    )
-    assert sorted(merged) == [
-        (10, 2**30, "compute+graphics"),
-        (11, None, "compute"),
-        (12, 5, "graphics"),
-    ]
 
 
 def test_sysfs_names() -> None:

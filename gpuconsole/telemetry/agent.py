@@ -7,7 +7,8 @@ standard library, nothing from gpuconsole, and keeps to Python 3.8.
 One thread paces the ticks and is the only writer of stdout. A reader thread turns stdin's lines
 into events on the same queue, and in ``smi`` mode a worker thread runs nvidia-smi, so a call
 stuck in the driver holds up that worker, never the ticks. Readings come from NVML through
-ctypes (no pynvml on the host), from nvidia-smi's CSV, or from a cheap simulation.
+ctypes (no pynvml on the host), from nvidia-smi's CSV, or from a cheap simulation. The console
+reads its own host with the same NVML reader (`Nvml`), in its own process.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 PROTOCOL_VERSION = 2
 MARKER = "gpuconsole-agent"
@@ -990,11 +992,15 @@ class SimGpus:
 # --- nvml: libnvidia-ml.so.1 through ctypes --------------------------------------------------
 
 NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_INSUFFICIENT_SIZE = 7
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_UNKNOWN = 999
+NVML_FEATURE_ENABLED = 1  # also NVML_DEVICE_MIG_ENABLE
 NVML_TEMPERATURE_GPU = 0
+NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
 NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
@@ -1002,10 +1008,17 @@ NVML_MEMORY_ERROR_CORRECTED = 0
 NVML_MEMORY_ERROR_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 NVML_AGGREGATE_ECC = 1
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
 NVML_MEMORY_V2 = 40 | 2 << 24  # nvmlMemory_v2: the struct's size, version 2
+NVML_TEMPERATURE_V1 = 12 | 1 << 24  # nvmlTemperature_v1: the struct's size, version 1
 NVML_VALUE_NOT_AVAILABLE = 2**64 - 1
-NVML_NO_GPU_INSTANCE = 0xFFFFFFFF
 MIB = 1024 * 1024
+MODE_REFRESH_S = 10.0
+"""How long a GPU's ECC and MIG modes and application clocks are kept before they are read again:
+settings an admin may change while the driver runs, that cost 0.17 ms (the modes) and 1.3 ms
+(the clocks) a read on an H200."""
 
 
 class _Memory(ctypes.Structure):
@@ -1030,6 +1043,16 @@ class _Utilization(ctypes.Structure):
     _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
+class _TemperatureV1(ctypes.Structure):
+    """nvmlTemperature_v1_t, which nvmlDeviceGetTemperatureV fills."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("sensorType", ctypes.c_int),
+        ("temperature", ctypes.c_int),
+    ]
+
+
 class _PciInfo(ctypes.Structure):
     _fields_ = [
         ("busIdLegacy", ctypes.c_char * 16),
@@ -1039,6 +1062,39 @@ class _PciInfo(ctypes.Structure):
         ("pciDeviceId", ctypes.c_uint),
         ("pciSubSystemId", ctypes.c_uint),
         ("busId", ctypes.c_char * 32),
+    ]
+
+
+class _Value(ctypes.Union):
+    """nvmlValue_t: a field value's number, in the member its ``valueType`` names."""
+
+    _fields_ = [
+        ("dVal", ctypes.c_double),
+        ("uiVal", ctypes.c_uint),
+        ("ulVal", ctypes.c_ulong),
+        ("ullVal", ctypes.c_ulonglong),
+        ("sllVal", ctypes.c_longlong),
+        ("siVal", ctypes.c_int),
+        ("usVal", ctypes.c_ushort),
+    ]
+
+
+VALUE_MEMBERS = tuple(name for name, _ in _Value._fields_)
+"""nvmlValueType_t (NVML_VALUE_TYPE_DOUBLE = 0, _UNSIGNED_INT = 1 ...) -> the member of the
+value union that holds the number: the union lists them in that order."""
+
+
+class _FieldValue(ctypes.Structure):
+    """nvmlFieldValue_t: one field asked for with nvmlDeviceGetFieldValues, and its answer."""
+
+    _fields_ = [
+        ("fieldId", ctypes.c_uint),
+        ("scopeId", ctypes.c_uint),
+        ("timestamp", ctypes.c_longlong),
+        ("latencyUsec", ctypes.c_longlong),
+        ("valueType", ctypes.c_uint),
+        ("nvmlReturn", ctypes.c_uint),
+        ("value", _Value),
     ]
 
 
@@ -1066,6 +1122,18 @@ class _ProcessUtilization(ctypes.Structure):
     ]
 
 
+def field_number(value: _FieldValue) -> float | None:
+    """The number in an nvmlFieldValue_t, or None where NVML could not read that field."""
+    if value.nvmlReturn != NVML_SUCCESS or not 0 <= value.valueType < len(VALUE_MEMBERS):
+        return None
+    return getattr(value.value, VALUE_MEMBERS[value.valueType])
+
+
+def cuda_version_text(version: int) -> str:
+    """NVML's CUDA driver version number as nvidia-smi prints it: 12080 -> "12.8"."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
 PROCESS_LOAD_WINDOW_S = 1.0
 """A process's load is its newest NVML utilization sample of this last stretch of time, as
 ``nvidia-smi pmon`` shows the newest; a process with no sample in it used none of the GPU."""
@@ -1086,7 +1154,7 @@ def load_window_start(now: float) -> int:
 
 
 def newest_loads(samples: Iterable) -> dict[int, dict[str, float]]:
-    """Each pid's newest sample (ctypes or pynvml structs alike) as a ``load`` entry."""
+    """Each pid's newest sample as a ``load`` entry."""
     newest: dict[int, object] = {}
     for sample in samples:
         known = newest.get(sample.pid)
@@ -1106,19 +1174,95 @@ def load_of(pid: int, loads: dict[int, dict[str, float]] | None) -> dict[str, fl
     return loads.get(pid, IDLE_LOAD)
 
 
+def merge_running(compute: Iterable, graphics: Iterable) -> list[tuple[int, int | None, str]]:
+    """NVML's compute and graphics process lists as (pid, used bytes, kind), one per process.
+
+    A process in both lists is "compute+graphics" (nvidia-smi's C+G) with the larger of its
+    two memory figures; a figure NVML cannot give (NVML_VALUE_NOT_AVAILABLE) is None.
+    """
+    found: dict[int, tuple[int | None, list[str]]] = {}
+    for kind, listing in (("compute", compute), ("graphics", graphics)):
+        for process in listing:
+            used, kinds = found.get(process.pid, (None, []))
+            figures = [
+                figure
+                for figure in (used, process.usedGpuMemory)
+                if figure is not None and figure != NVML_VALUE_NOT_AVAILABLE
+            ]
+            kinds = kinds if kind in kinds else [*kinds, kind]
+            found[process.pid] = (max(figures) if figures else None, kinds)
+    return [(pid, used, "+".join(kinds)) for pid, (used, kinds) in found.items()]
+
+
+IDENTITY = ("name", "uuid", "pci_bus_id", "serial", "vbios_version")
+"""What names a GPU: read once, and kept in the entries of a GPU that is lost."""
+GPU_KEYS = (
+    "index",
+    "lost",
+    *IDENTITY,
+    "utilization_pct",
+    "memory_utilization_pct",
+    "memory_used_mib",
+    "memory_total_mib",
+    "temperature_c",
+    "slowdown_temperature_c",
+    "shutdown_temperature_c",
+    "power_w",
+    "power_limit_w",
+    "power_limit_min_w",
+    "power_limit_max_w",
+    "power_limit_default_w",
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "sm_clock_application_mhz",
+    "memory_clock_mhz",
+    "memory_clock_max_mhz",
+    "memory_clock_application_mhz",
+    "fan_pct",
+    "pcie_tx_kib_s",
+    "pcie_rx_kib_s",
+    "pstate",
+    "throttle_mask",
+    "compute_mode",
+    "recovery_action",
+    "ecc",
+    "remap",
+    "retired_pages_pending",
+    "pcie",
+    "persistence_mode",
+    "mig_mode",
+    "mig_instances",
+)
+"""The keys of an nvml-mode GPU entry (docs/agent-protocol.md), every one in every entry."""
+
+
 class Unavailable(RuntimeError):
     """The host cannot be read the way asked (no NVML, no field list); the message says why."""
 
 
+class _GpuLost(Exception):
+    """The GPU under a reading answered GPU_IS_LOST."""
+
+
 class Nvml:
-    """The NVML library: calls by name, a missing function answering FUNCTION_NOT_FOUND."""
+    """The NVML library, called by name (a function this library lacks answers
+    FUNCTION_NOT_FOUND), and this host's GPUs read through it.
+
+    The object keeps each GPU's `NvmlDevice` from one reading to the next, so it is made once
+    and read again and again: by the agent's tick thread, and in the console's own process by
+    `gpuconsole.telemetry.nvml.NvmlSource`, under its lock. One reader at a time.
+    """
 
     def __init__(self, library: object | None = None) -> None:
-        """Load and initialise NVML; ``library`` stands in for libnvidia-ml in tests."""
+        """Load and initialise NVML; ``library`` is a loaded libnvidia-ml (or a stand-in for
+        it in tests), None to load ``libnvidia-ml.so.1``."""
         try:
             self._lib = ctypes.CDLL("libnvidia-ml.so.1") if library is None else library
         except OSError as error:
             raise Unavailable(f"libnvidia-ml.so.1 cannot be loaded ({error})") from None
+        self._functions: dict[str, Callable[..., int] | None] = {}
+        self._devices: dict[int, NvmlDevice] = {}
+        self._pool: ThreadPoolExecutor | None = None
         code = self.call("nvmlInit_v2")
         if code == NVML_ERROR_FUNCTION_NOT_FOUND:
             code = self.call("nvmlInit")
@@ -1126,13 +1270,16 @@ class Nvml:
             raise Unavailable(f"nvmlInit failed with NVML error {code}")
 
     def call(self, name: str, *args: object) -> int:
-        try:
-            function = getattr(self._lib, name)
-        except AttributeError:
-            return NVML_ERROR_FUNCTION_NOT_FOUND
-        return function(*args)
+        """NVML's answer to ``name(*args)``; each function is looked up once."""
+        if name not in self._functions:
+            self._functions[name] = getattr(self._lib, name, None)
+        function = self._functions[name]
+        return NVML_ERROR_FUNCTION_NOT_FOUND if function is None else function(*args)
 
     def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self.call("nvmlShutdown")
 
     def text(self, name: str, *args: object) -> str | None:
@@ -1145,11 +1292,10 @@ class Nvml:
         return self.text("nvmlSystemGetDriverVersion")
 
     def cuda_version(self) -> str | None:
-        """As nvidia-smi prints it: 12080 -> "12.8"."""
         version = ctypes.c_int()
         for name in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
             if self.call(name, ctypes.byref(version)) == NVML_SUCCESS:
-                return f"{version.value // 1000}.{version.value % 1000 // 10}"
+                return cuda_version_text(version.value)
         return None
 
     def gpu_count(self) -> int | None:
@@ -1159,163 +1305,213 @@ class Nvml:
         return count.value
 
     def read(self) -> tuple[list[dict], list[dict]]:
-        """Every GPU and the processes on them; `Unavailable` when not even the count reads."""
+        """Every GPU and the processes on them; `Unavailable` when not even the count reads.
+
+        Every GPU's PCIe throughput is asked for first, on a pool of two threads per GPU
+        (`NvmlDevice.ask_traffic` says why), and the GPUs are read while NVML samples it.
+        """
         count = self.gpu_count()
         if count is None:
             raise Unavailable("nvmlDeviceGetCount failed")
-        gpus, processes = [], []
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max(1, 2 * count), thread_name_prefix="nvml-pcie")
+        devices = []
         for index in range(count):
-            device = NvmlDevice(self, index)
-            gpus.append(device.state())
-            processes.extend(device.processes())
+            if index not in self._devices:
+                self._devices[index] = NvmlDevice(self, index)
+            devices.append(self._devices[index])
+        traffic = [device.ask_traffic(self._pool) for device in devices]
+        gpus, processes = [], []
+        for position, device in enumerate(devices):  # no zip(strict=) in 3.8
+            gpu, found = device.read(traffic[position])
+            gpus.append(gpu)
+            processes.extend(found)
         return gpus, processes
 
 
+def _traffic(asked: list[Future]) -> tuple[int | None, int | None]:
+    """(TX, RX) KiB/s as `NvmlDevice.ask_traffic` asked for them; `_GpuLost` where the GPU
+    answered so. None where nothing was asked: the GPU had no handle yet when the reading began."""
+    if not asked:
+        return None, None
+    tx, rx = asked
+    return tx.result(), rx.result()
+
+
 class NvmlDevice:
-    """One GPU's calls. A failed call gives None for its field alone; GPU_IS_LOST marks the GPU
-    lost and skips its remaining calls."""
+    """One GPU's NVML calls, and what its readings carry from one to the next.
+
+    Every field has its own call: a call NVML refuses gives None for its field alone.
+    GPU_IS_LOST, from any call, makes the GPU's entry a lost one, and so does UNKNOWN_ERROR
+    from every call of a reading; a lost GPU keeps the identity read before. What cannot change
+    while the driver runs (identity, maximum clocks, temperature thresholds, power limit range
+    and default, the most the PCIe link can do: the maximum clocks alone cost 1.8 ms each on an
+    H200) is read once. A call on the GPU's handle answered NOT_SUPPORTED is remembered and not
+    made again (fan speed costs 0.2 ms to refuse on an H200), until the GPU's MIG mode changes:
+    utilization, for one, is not supported in MIG mode only.
+    """
 
     def __init__(self, nvml: Nvml, index: int) -> None:
         self._nvml = nvml
         self.index = index
-        self._handle = ctypes.c_void_p()
-        code = nvml.call("nvmlDeviceGetHandleByIndex_v2", index, ctypes.byref(self._handle))
-        self.lost = code == NVML_ERROR_GPU_IS_LOST
-        self._usable = code == NVML_SUCCESS
+        self._handle: ctypes.c_void_p | None = None
+        self._static: dict[str, object] | None = None
+        self._modes: dict[str, object] | None = None
+        self._modes_read_at = 0.0
+        self._refused: set[tuple] = set()
+        """The calls answered NOT_SUPPORTED: name and whole-number arguments."""
+        self._made = 0
+        self._unknown = 0
+        """This reading's calls, and those of them answered UNKNOWN_ERROR."""
 
-    def _ok(self, name: str, *args: object) -> bool:
-        if not self._usable:
-            return False
-        code = self._nvml.call(name, self._handle, *args)
+    def handle(self) -> tuple[ctypes.c_void_p | None, bool]:
+        """The GPU's handle, asked for until NVML gives it, then kept; with None, whether
+        the GPU is lost."""
+        if self._handle is None:
+            handle = ctypes.c_void_p()
+            code = self._nvml.call(
+                "nvmlDeviceGetHandleByIndex_v2", self.index, ctypes.byref(handle)
+            )
+            if code != NVML_SUCCESS:
+                return None, code in (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_UNKNOWN)
+            self._handle = handle
+        return self._handle, False
+
+    def ask_traffic(self, pool: Executor) -> list[Future]:
+        """The GPU's PCIe throughput, TX then RX in KiB/s, asked for on ``pool``'s threads;
+        nothing for a GPU without a handle (yet).
+
+        NVML samples each direction for 20 ms and returns only then: 21 ms a call on an H200,
+        42 ms a GPU read in turn. Calls on separate threads overlap (8 at once took 23 ms
+        there), so every GPU's two are asked for before the GPUs are read, and a reading takes
+        about 21 ms longer whatever the number of GPUs. NVML's byte counters
+        (``NVML_FI_DEV_PCIE_COUNT_TX_BYTES`` and ``_RX_BYTES``) cost no wait, but on the H200
+        they went backwards between two reads 1 s apart while the GPU copied 55 GB/s: they wrap
+        too often to give a rate between readings.
+        """
+        handle, _ = self.handle()
+        if handle is None:
+            return []
+        return [
+            pool.submit(self._throughput, direction)
+            for direction in (NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES)
+        ]
+
+    def _throughput(self, direction: int) -> int | None:
+        """One direction's throughput, on a pool thread: not counted with the reading's calls
+        (which one thread counts); `_GpuLost` reaches the reading through the future."""
+        value = ctypes.c_uint()
+        code = self._ask(
+            self._handle, "nvmlDeviceGetPcieThroughput", direction, ctypes.byref(value)
+        )
         if code == NVML_ERROR_GPU_IS_LOST:
-            self.lost, self._usable = True, False
-        return code == NVML_SUCCESS
+            raise _GpuLost
+        return value.value if code == NVML_SUCCESS else None
 
-    def _value(self, ctype, name: str, *args: object) -> int | None:
+    def read(self, traffic: list[Future]) -> tuple[dict[str, object], list[dict[str, object]]]:
+        """The GPU's entry and the processes on it; ``traffic`` is its throughput as
+        `ask_traffic` asked for it."""
+        handle, lost = self.handle()
+        if handle is None:
+            return self._unreadable(lost), []
+        self._made = self._unknown = 0
+        try:
+            static = self._static or self._read_static()
+            if not self._unknown:
+                self._static = static
+            modes = self._read_modes()
+            migs = self._mig_devices() if modes["mig_mode"] else []
+            gpu = self._state(static, modes, migs, traffic)
+            if migs:
+                processes = [p for gi, _, mig in migs for p in self._processes(mig, gi)]
+            else:
+                processes = self._processes(handle, None)
+        except _GpuLost:
+            return self._unreadable(True), []
+        if self._made and self._unknown == self._made:
+            return self._unreadable(True), []
+        return gpu, processes
+
+    def _unreadable(self, lost: bool) -> dict[str, object]:
+        """The entry of a GPU that gives no reading: its identity, where it was read before."""
+        entry: dict[str, object] = dict.fromkeys(GPU_KEYS)
+        entry.update(index=self.index, lost=lost, mig_instances=[])
+        if self._static is not None:
+            entry.update((key, self._static[key]) for key in IDENTITY)
+        return entry
+
+    # --- calls ---------------------------------------------------------------------------
+
+    def _ask(self, on: ctypes.c_void_p | None, name: str, *args: object) -> int | None:
+        """NVML's answer to ``name(on, *args)``, or None for a call on the GPU's handle that
+        NVML refused before (not made again). A call is known by its name and its
+        whole-number arguments (its out-parameters left out); a MIG device's are not kept."""
+        key = None
+        if on is self._handle:
+            key = (name, *(arg for arg in args if isinstance(arg, int)))
+            if key in self._refused:
+                return None
+        code = self._nvml.call(name, on, *args)
+        if code == NVML_ERROR_NOT_SUPPORTED and key is not None:
+            self._refused.add(key)
+        return code
+
+    def _call(self, name: str, *args: object, on: ctypes.c_void_p | None = None) -> int:
+        """One call of this reading, on the GPU or on ``on`` (one of its MIG devices)."""
+        code = self._ask(self._handle if on is None else on, name, *args)
+        if code is None:
+            return NVML_ERROR_NOT_SUPPORTED
+        if code == NVML_ERROR_GPU_IS_LOST:
+            raise _GpuLost
+        if code != NVML_ERROR_FUNCTION_NOT_FOUND:  # no call was made
+            self._made += 1
+            if code == NVML_ERROR_UNKNOWN:
+                self._unknown += 1
+        return code
+
+    def _ok(self, name: str, *args: object, on: ctypes.c_void_p | None = None) -> bool:
+        return self._call(name, *args, on=on) == NVML_SUCCESS
+
+    def _value(
+        self, ctype: type, name: str, *args: object, on: ctypes.c_void_p | None = None
+    ) -> int | None:
+        """A call that answers one number of C type ``ctype``."""
         value = ctype()
-        return value.value if self._ok(name, *args, ctypes.byref(value)) else None
+        return value.value if self._ok(name, *args, ctypes.byref(value), on=on) else None
 
-    def _uint(self, name: str, *args: object) -> int | None:
-        return self._value(ctypes.c_uint, name, *args)
+    def _uint(self, name: str, *args: object, on: ctypes.c_void_p | None = None) -> int | None:
+        return self._value(ctypes.c_uint, name, *args, on=on)
 
-    def _scaled(self, name: str, divisor: float) -> float | None:
-        value = self._uint(name)
-        return None if value is None else value / divisor
-
-    def _text(self, name: str) -> str | None:
-        return self._nvml.text(name, self._handle) if self._usable else None
-
-    def _memory(self) -> tuple[float | None, float | None]:
-        """(used, total) in MiB; v2 first, whose 'used' leaves out the driver's reservation as
-        nvidia-smi does."""
-        memory = _MemoryV2(version=NVML_MEMORY_V2)
-        if not self._ok("nvmlDeviceGetMemoryInfo_v2", ctypes.byref(memory)):
-            memory = _Memory()
-            if not self._ok("nvmlDeviceGetMemoryInfo", ctypes.byref(memory)):
-                return None, None
-        return memory.used / MIB, memory.total / MIB
-
-    def _utilization(self) -> tuple[int | None, int | None]:
-        rates = _Utilization()
-        if not self._ok("nvmlDeviceGetUtilizationRates", ctypes.byref(rates)):
-            return None, None
-        return rates.gpu, rates.memory
-
-    def _pci_bus_id(self) -> str | None:
-        info = _PciInfo()
-        if not self._ok("nvmlDeviceGetPciInfo_v3", ctypes.byref(info)):
+    def _uints(self, name: str, count: int) -> list[int] | None:
+        """A call that answers ``count`` unsigned numbers."""
+        values = [ctypes.c_uint() for _ in range(count)]
+        if not self._ok(name, *[ctypes.byref(value) for value in values]):
             return None
-        return info.busId.decode("ascii", "replace")
+        return [value.value for value in values]
 
-    def _throttle_mask(self) -> int | None:
-        mask = self._value(ctypes.c_ulonglong, "nvmlDeviceGetCurrentClocksEventReasons")
-        if mask is None:
-            mask = self._value(ctypes.c_ulonglong, "nvmlDeviceGetCurrentClocksThrottleReasons")
-        return mask
+    def _watts(self, name: str) -> float | None:
+        milliwatts = self._uint(name)
+        return None if milliwatts is None else milliwatts / 1000.0
 
-    def _ecc(self, error: int, counter: int) -> int | None:
-        return self._value(ctypes.c_ulonglong, "nvmlDeviceGetTotalEccErrors", error, counter)
-
-    def _remap(self) -> dict[str, object]:
-        values = [ctypes.c_uint() for _ in range(4)]
-        if not self._ok("nvmlDeviceGetRemappedRows", *[ctypes.byref(v) for v in values]):
-            return {"correctable": None, "uncorrectable": None, "pending": None, "failure": None}
-        correctable, uncorrectable, pending, failure = (v.value for v in values)
-        return {
-            "correctable": correctable,
-            "uncorrectable": uncorrectable,
-            "pending": bool(pending),
-            "failure": bool(failure),
-        }
-
-    def _flag(self, name: str) -> bool | None:
-        value = self._uint(name)
-        return None if value is None else value == 1
-
-    def _mig_mode(self) -> bool | None:
-        current, pending = ctypes.c_uint(), ctypes.c_uint()
-        if not self._ok("nvmlDeviceGetMigMode", ctypes.byref(current), ctypes.byref(pending)):
+    def _text(self, name: str, on: ctypes.c_void_p | None = None) -> str | None:
+        buffer = ctypes.create_string_buffer(96)
+        if not self._ok(name, buffer, ctypes.c_uint(len(buffer)), on=on):
             return None
-        return current.value == 1
+        return buffer.value.decode("utf-8", "replace")
 
-    def state(self) -> dict[str, object]:
-        used, total = self._memory()
-        utilization, memory_utilization = self._utilization()
-        return {
-            "index": self.index,
-            "name": self._text("nvmlDeviceGetName"),
-            "uuid": self._text("nvmlDeviceGetUUID"),
-            "pci_bus_id": self._pci_bus_id(),
-            "utilization_pct": utilization,
-            "memory_utilization_pct": memory_utilization,
-            "memory_used_mib": used,
-            "memory_total_mib": total,
-            "temperature_c": self._uint("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU),
-            "slowdown_temperature_c": self._uint(
-                "nvmlDeviceGetTemperatureThreshold", NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
-            ),
-            "power_w": self._scaled("nvmlDeviceGetPowerUsage", 1000.0),
-            "power_limit_w": self._scaled("nvmlDeviceGetEnforcedPowerLimit", 1000.0),
-            "sm_clock_mhz": self._uint("nvmlDeviceGetClockInfo", NVML_CLOCK_SM),
-            "sm_clock_max_mhz": self._uint("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_SM),
-            "memory_clock_mhz": self._uint("nvmlDeviceGetClockInfo", NVML_CLOCK_MEM),
-            "memory_clock_max_mhz": self._uint("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_MEM),
-            "pstate": self._uint("nvmlDeviceGetPerformanceState"),
-            "fan_pct": self._uint("nvmlDeviceGetFanSpeed"),
-            "throttle_mask": self._throttle_mask(),
-            "ecc": {
-                "volatile_corrected": self._ecc(NVML_MEMORY_ERROR_CORRECTED, NVML_VOLATILE_ECC),
-                "volatile_uncorrected": self._ecc(NVML_MEMORY_ERROR_UNCORRECTED, NVML_VOLATILE_ECC),
-                "aggregate_corrected": self._ecc(NVML_MEMORY_ERROR_CORRECTED, NVML_AGGREGATE_ECC),
-                "aggregate_uncorrected": self._ecc(
-                    NVML_MEMORY_ERROR_UNCORRECTED, NVML_AGGREGATE_ECC
-                ),
-            },
-            "remap": self._remap(),
-            "pcie": {
-                "gen": self._uint("nvmlDeviceGetCurrPcieLinkGeneration"),
-                "width": self._uint("nvmlDeviceGetCurrPcieLinkWidth"),
-                "max_gen": self._uint("nvmlDeviceGetMaxPcieLinkGeneration"),
-                "max_width": self._uint("nvmlDeviceGetMaxPcieLinkWidth"),
-            },
-            "persistence_mode": self._flag("nvmlDeviceGetPersistenceMode"),
-            "compute_mode": self._uint("nvmlDeviceGetComputeMode"),
-            "mig_mode": self._mig_mode(),
-            "lost": self.lost,
-        }
-
-    def _filled(self, struct, ask: Callable[[object, object], int]) -> tuple[int, list]:
-        """``ask(count, array)`` for a call that fills an array, asked again while the list
-        outgrows the array: (NVML's last answer, the entries filled)."""
+    def _filled(
+        self,
+        struct: type,
+        name: str,
+        arguments: Callable[[object, object], tuple],
+        on: ctypes.c_void_p,
+    ) -> tuple[int, list]:
+        """A call that fills an array, its arguments ``arguments(count, array)``, asked again
+        while the list outgrows the array: (NVML's last answer, the entries filled)."""
         count = ctypes.c_uint(0)
         array = None
-        code = NVML_ERROR_GPU_IS_LOST
         for _ in range(4):
-            if not self._usable:
-                return code, []
-            code = ask(ctypes.byref(count), array)
-            if code == NVML_ERROR_GPU_IS_LOST:
-                self.lost, self._usable = True, False
+            code = self._call(name, *arguments(ctypes.byref(count), array), on=on)
             if code != NVML_ERROR_INSUFFICIENT_SIZE:
                 break
             size = count.value + 8
@@ -1324,55 +1520,238 @@ class NvmlDevice:
         filled = list(array)[: count.value] if code == NVML_SUCCESS and array is not None else []
         return code, filled
 
-    def _running(self, kind: str) -> list[_ProcessInfo]:
+    # --- what is read once, and every MODE_REFRESH_S ---------------------------------------
+
+    def _read_static(self) -> dict[str, object]:
+        limits = self._uints("nvmlDeviceGetPowerManagementLimitConstraints", 2) or [None, None]
+        low, high = (None if limit is None else limit / 1000.0 for limit in limits)
+        return {
+            "name": self._text("nvmlDeviceGetName"),
+            "uuid": self._text("nvmlDeviceGetUUID"),
+            "pci_bus_id": self._pci_bus_id(),
+            "serial": self._text("nvmlDeviceGetSerial"),
+            "vbios_version": self._text("nvmlDeviceGetVbiosVersion"),
+            "sm_clock_max_mhz": self._uint("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_SM),
+            "memory_clock_max_mhz": self._uint("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_MEM),
+            "slowdown_temperature_c": self._uint(
+                "nvmlDeviceGetTemperatureThreshold", NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+            ),
+            "shutdown_temperature_c": self._uint(
+                "nvmlDeviceGetTemperatureThreshold", NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
+            ),
+            "power_limit_min_w": low,
+            "power_limit_max_w": high,
+            "power_limit_default_w": self._watts("nvmlDeviceGetPowerManagementDefaultLimit"),
+            "max_gen": self._uint("nvmlDeviceGetMaxPcieLinkGeneration"),
+            "max_width": self._uint("nvmlDeviceGetMaxPcieLinkWidth"),
+        }
+
+    def _pci_bus_id(self) -> str | None:
+        info = _PciInfo()
+        if not self._ok("nvmlDeviceGetPciInfo_v3", ctypes.byref(info)):
+            return None
+        return info.busId.decode("ascii", "replace")
+
+    def _read_modes(self) -> dict[str, object]:
+        """The ECC and MIG modes and the application clocks, read again once `MODE_REFRESH_S`
+        old; a change of MIG mode forgets the calls refused."""
+        now = time.monotonic()
+        if self._modes is not None and now - self._modes_read_at < MODE_REFRESH_S:
+            return self._modes
+        ecc = self._uints("nvmlDeviceGetEccMode", 2)  # current, pending
+        mig = self._uints("nvmlDeviceGetMigMode", 2)
+        modes = {
+            "ecc": None if ecc is None else ecc[0] == NVML_FEATURE_ENABLED,
+            "mig_mode": None if mig is None else mig[0] == NVML_FEATURE_ENABLED,
+            "sm_clock_application_mhz": self._uint("nvmlDeviceGetApplicationsClock", NVML_CLOCK_SM),
+            "memory_clock_application_mhz": self._uint(
+                "nvmlDeviceGetApplicationsClock", NVML_CLOCK_MEM
+            ),
+        }
+        if self._modes is not None and self._modes["mig_mode"] != modes["mig_mode"]:
+            self._refused.clear()
+        self._modes, self._modes_read_at = modes, now
+        return modes
+
+    # --- every reading ---------------------------------------------------------------------
+
+    def _state(
+        self,
+        static: dict[str, object],
+        modes: dict[str, object],
+        migs: list[tuple[int, int | None, ctypes.c_void_p]],
+        traffic: list[Future],
+    ) -> dict[str, object]:
+        utilization = _Utilization()
+        utilized = self._ok("nvmlDeviceGetUtilizationRates", ctypes.byref(utilization))
+        used, total = self._memory()
+        remap = self._uints("nvmlDeviceGetRemappedRows", 4)
+        pending = self._uint("nvmlDeviceGetRetiredPagesPendingStatus")
+        persistence = self._uint("nvmlDeviceGetPersistenceMode")
+        gpu = {
+            "index": self.index,
+            "lost": False,
+            **{key: static[key] for key in IDENTITY},
+            "utilization_pct": utilization.gpu if utilized else None,
+            "memory_utilization_pct": utilization.memory if utilized else None,
+            "memory_used_mib": used,
+            "memory_total_mib": total,
+            "temperature_c": self._temperature(),
+            "slowdown_temperature_c": static["slowdown_temperature_c"],
+            "shutdown_temperature_c": static["shutdown_temperature_c"],
+            "power_w": self._watts("nvmlDeviceGetPowerUsage"),
+            "power_limit_w": self._watts("nvmlDeviceGetEnforcedPowerLimit"),
+            "power_limit_min_w": static["power_limit_min_w"],
+            "power_limit_max_w": static["power_limit_max_w"],
+            "power_limit_default_w": static["power_limit_default_w"],
+            "sm_clock_mhz": self._uint("nvmlDeviceGetClockInfo", NVML_CLOCK_SM),
+            "sm_clock_max_mhz": static["sm_clock_max_mhz"],
+            "sm_clock_application_mhz": modes["sm_clock_application_mhz"],
+            "memory_clock_mhz": self._uint("nvmlDeviceGetClockInfo", NVML_CLOCK_MEM),
+            "memory_clock_max_mhz": static["memory_clock_max_mhz"],
+            "memory_clock_application_mhz": modes["memory_clock_application_mhz"],
+            "fan_pct": self._uint("nvmlDeviceGetFanSpeed"),
+            "pstate": self._uint("nvmlDeviceGetPerformanceState"),
+            "throttle_mask": self._throttle_mask(),
+            "compute_mode": self._uint("nvmlDeviceGetComputeMode"),
+            "recovery_action": self._recovery_action(),
+            "ecc": self._ecc() if modes["ecc"] else None,
+            "remap": {
+                "correctable": None if remap is None else remap[0],
+                "uncorrectable": None if remap is None else remap[1],
+                "pending": None if remap is None else bool(remap[2]),
+                "failure": None if remap is None else bool(remap[3]),
+            },
+            "retired_pages_pending": None if pending is None else pending == NVML_FEATURE_ENABLED,
+            "pcie": {
+                "gen": self._uint("nvmlDeviceGetCurrPcieLinkGeneration"),
+                "width": self._uint("nvmlDeviceGetCurrPcieLinkWidth"),
+                "max_gen": static["max_gen"],
+                "max_width": static["max_width"],
+            },
+            "persistence_mode": None if persistence is None else persistence == 1,
+            "mig_mode": modes["mig_mode"],
+            "mig_instances": [self._mig_instance(*mig) for mig in migs],
+        }
+        gpu["pcie_tx_kib_s"], gpu["pcie_rx_kib_s"] = _traffic(traffic)  # last: sampled meanwhile
+        return gpu
+
+    def _memory(self, on: ctypes.c_void_p | None = None) -> tuple[float | None, float | None]:
+        """(used, total) in MiB; v2 first, whose 'used' leaves out the driver's reservation as
+        nvidia-smi does."""
+        memory = _MemoryV2(version=NVML_MEMORY_V2)
+        if not self._ok("nvmlDeviceGetMemoryInfo_v2", ctypes.byref(memory), on=on):
+            memory = _Memory()
+            if not self._ok("nvmlDeviceGetMemoryInfo", ctypes.byref(memory), on=on):
+                return None, None
+        return memory.used / MIB, memory.total / MIB
+
+    def _temperature(self) -> int | None:
+        """The newer call first (the older is deprecated), the older where a driver lacks or
+        refuses it."""
+        reading = _TemperatureV1(version=NVML_TEMPERATURE_V1, sensorType=NVML_TEMPERATURE_GPU)
+        if self._ok("nvmlDeviceGetTemperatureV", ctypes.byref(reading)):
+            return reading.temperature
+        return self._uint("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU)
+
+    def _throttle_mask(self) -> int | None:
+        mask = self._value(ctypes.c_ulonglong, "nvmlDeviceGetCurrentClocksEventReasons")
+        if mask is None:
+            mask = self._value(ctypes.c_ulonglong, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        return mask
+
+    def _recovery_action(self) -> int | None:
+        """NVML_GPU_RECOVERY_ACTION_*, which only a field value gives."""
+        values = (_FieldValue * 1)()
+        values[0].fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+        if not self._ok("nvmlDeviceGetFieldValues", 1, values):
+            return None
+        number = field_number(values[0])
+        return None if number is None else int(number)
+
+    def _ecc(self) -> dict[str, int | None]:
+        def total(error: int, counter: int) -> int | None:
+            return self._value(ctypes.c_ulonglong, "nvmlDeviceGetTotalEccErrors", error, counter)
+
+        corrected, uncorrected = NVML_MEMORY_ERROR_CORRECTED, NVML_MEMORY_ERROR_UNCORRECTED
+        return {
+            "volatile_corrected": total(corrected, NVML_VOLATILE_ECC),
+            "volatile_uncorrected": total(uncorrected, NVML_VOLATILE_ECC),
+            "aggregate_corrected": total(corrected, NVML_AGGREGATE_ECC),
+            "aggregate_uncorrected": total(uncorrected, NVML_AGGREGATE_ECC),
+        }
+
+    def _mig_devices(self) -> list[tuple[int, int | None, ctypes.c_void_p]]:
+        """The GPU's MIG devices as (GPU instance id, compute instance id, handle): one per
+        compute instance."""
+        devices = []
+        for slot in range(self._uint("nvmlDeviceGetMaxMigDeviceCount") or 0):
+            mig = ctypes.c_void_p()
+            if not self._ok("nvmlDeviceGetMigDeviceHandleByIndex", slot, ctypes.byref(mig)):
+                continue
+            gpu_instance = self._uint("nvmlDeviceGetGpuInstanceId", on=mig)
+            if gpu_instance is not None:
+                compute_instance = self._uint("nvmlDeviceGetComputeInstanceId", on=mig)
+                devices.append((gpu_instance, compute_instance, mig))
+        return devices
+
+    def _mig_instance(
+        self, gpu_instance: int, compute_instance: int | None, mig: ctypes.c_void_p
+    ) -> dict[str, object]:
+        used, total = self._memory(on=mig)
+        return {
+            "gpu_instance_id": gpu_instance,
+            "compute_instance_id": compute_instance,
+            "name": self._text("nvmlDeviceGetName", on=mig),
+            "memory_total_mib": total,
+            "memory_used_mib": used,
+            "uuid": self._text("nvmlDeviceGetUUID", on=mig),
+        }
+
+    def _running(self, kind: str, on: ctypes.c_void_p) -> list[_ProcessInfo]:
         """The _v3 call (or _v2, same struct)."""
         for version in ("_v3", "_v2"):
-            name = f"nvmlDeviceGet{kind}RunningProcesses{version}"
             code, infos = self._filled(
                 _ProcessInfo,
-                lambda count, array, name=name: self._nvml.call(name, self._handle, count, array),
+                f"nvmlDeviceGet{kind}RunningProcesses{version}",
+                lambda count, array: (count, array),
+                on,
             )
             if code != NVML_ERROR_FUNCTION_NOT_FOUND:
                 return infos
         return []
 
-    def _loads(self) -> dict[int, dict[str, float]] | None:
+    def _loads(self, on: ctypes.c_void_p) -> dict[int, dict[str, float]] | None:
         """Each process's newest utilization sample (`PROCESS_LOAD_WINDOW_S`); None where the
         GPU gives none."""
         since = ctypes.c_ulonglong(load_window_start(time.time()))
         code, samples = self._filled(
             _ProcessUtilization,
-            lambda count, array: self._nvml.call(
-                "nvmlDeviceGetProcessUtilization", self._handle, array, count, since
-            ),
+            "nvmlDeviceGetProcessUtilization",
+            lambda count, array: (array, count, since),
+            on,
         )
         if code == NVML_ERROR_NOT_FOUND:  # no process used the GPU in the window
             return {}
         return newest_loads(samples) if code == NVML_SUCCESS else None
 
-    def processes(self) -> list[dict[str, object]]:
-        """Compute and graphics processes, one entry per pid (kind compute+graphics if both)."""
-        by_pid: dict[int, dict[str, object]] = {}
-        for kind in ("Compute", "Graphics"):
-            for info in self._running(kind):
-                entry = by_pid.get(info.pid)
-                if entry is not None:
-                    entry["kind"] = "compute+graphics"
-                    continue
-                used = info.usedGpuMemory
-                by_pid[info.pid] = {
-                    "pid": info.pid,
-                    "gpu": self.index,
-                    "used_memory_mib": None if used == NVML_VALUE_NOT_AVAILABLE else used / MIB,
-                    "kind": kind.lower(),
-                    "mig_instance": (
-                        None if info.gpuInstanceId == NVML_NO_GPU_INSTANCE else info.gpuInstanceId
-                    ),
-                }
-        loads = self._loads() if by_pid else None
-        for pid, entry in by_pid.items():
-            entry.update(process_details(pid), load=load_of(pid, loads))
-        return list(by_pid.values())
+    def _processes(self, on: ctypes.c_void_p, mig_instance: int | None) -> list[dict[str, object]]:
+        """The compute and graphics processes of the GPU, or of one of its MIG devices (then
+        ``mig_instance`` is its GPU instance id), with what /proc says of each."""
+        running = merge_running(self._running("Compute", on), self._running("Graphics", on))
+        loads = self._loads(on) if running else None
+        processes = []
+        for pid, used, kind in running:
+            process: dict[str, object] = {
+                "pid": pid,
+                "gpu": self.index,
+                "used_memory_mib": None if used is None else used / MIB,
+                "kind": kind,
+                "mig_instance": mig_instance,
+            }
+            process.update(process_details(pid), load=load_of(pid, loads))
+            processes.append(process)
+        return processes
 
 
 # --- smi: nvidia-smi in a worker thread, each call with a timeout ----------------------------

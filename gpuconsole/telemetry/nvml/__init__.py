@@ -1,7 +1,9 @@
-"""The local host read in-process through NVML (``pynvml``, from the nvidia-ml-py package).
+"""The local host read in-process through NVML.
 
 This is the fast path: a reading is a few dozen library calls per GPU, where nvidia-smi spawns a
-process that initialises the driver's library each time.
+process that initialises the driver's library each time. The GPUs are read by the agent's ctypes
+reader (`gpuconsole.telemetry.agent.Nvml`), the one an SSH host's agent reads them with; the
+topology and the XID events through ``pynvml`` (the nvidia-ml-py package).
 
 Every field has its own call. A call the GPU or the driver refuses (not supported, no permission,
 a function this driver lacks) gives None for that field alone, never 0 and never a dropped GPU. A
@@ -9,7 +11,6 @@ GPU that answers "GPU is lost", or "unknown error" to every call, is reported ``
 was known of it; the other GPUs are read as usual.
 """
 
-from gpuconsole.telemetry.nvml.device import MODE_REFRESH_S, merge_running
 from gpuconsole.telemetry.nvml.mapping import (
     ANCESTOR_WORDS,
     COMPUTE_MODES,
@@ -20,8 +21,6 @@ from gpuconsole.telemetry.nvml.mapping import (
     ancestor_word,
     compute_mode_name,
     cpu_ranges,
-    cuda_version_text,
-    field_number,
     init_failure_reason,
     mig_profile,
     pstate_name,
@@ -44,7 +43,6 @@ from gpuconsole.telemetry.nvml.xids import XidWatcher, merge_xids
 __all__ = [
     "ANCESTOR_WORDS",
     "COMPUTE_MODES",
-    "MODE_REFRESH_S",
     "RECOVERY_ACTIONS",
     "SWITCH",
     "THROTTLE_BITS",
@@ -55,11 +53,8 @@ __all__ = [
     "ancestor_word",
     "compute_mode_name",
     "cpu_ranges",
-    "cuda_version_text",
-    "field_number",
     "init_failure_reason",
     "link_peer",
-    "merge_running",
     "merge_xids",
     "mig_profile",
     "nvlink_words",

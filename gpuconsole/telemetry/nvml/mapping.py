@@ -66,17 +66,6 @@ COMPUTE_MODES: dict[int, str] = {
     pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "Exclusive_Process",
 }
 
-# c_nvmlFieldValue_t.valueType -> the member of its value union that holds the number.
-_FIELD_MEMBERS: dict[int, str] = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-}
-
 _MIG_PROFILE = re.compile(r"\bMIG\s+(\S+)")
 _PSTATE_MAX = 15  # P0..P15; NVML_PSTATE_UNKNOWN is 32
 
@@ -104,25 +93,12 @@ def compute_mode_name(value: int | None) -> str | None:
     return None if value is None else COMPUTE_MODES.get(value)
 
 
-def cuda_version_text(version: int) -> str:
-    """NVML's CUDA driver version number as nvidia-smi prints it: 12080 -> "12.8"."""
-    return f"{version // 1000}.{version % 1000 // 10}"
-
-
 def mig_profile(device_name: str | None) -> str | None:
     """The profile in a MIG device's name: "NVIDIA H200 MIG 1g.18gb" -> "1g.18gb"."""
     if device_name is None:
         return None
     match = _MIG_PROFILE.search(device_name)
     return match.group(1) if match else device_name
-
-
-def field_number(field_value: Any) -> float | int | None:
-    """The number in a c_nvmlFieldValue_t, or None when NVML could not read that field."""
-    member = _FIELD_MEMBERS.get(field_value.valueType)
-    if field_value.nvmlReturn != pynvml.NVML_SUCCESS or member is None:
-        return None
-    return getattr(field_value.value, member)
 
 
 def set_bits(mask: Sequence[int], word_bits: int = 64) -> list[int]:

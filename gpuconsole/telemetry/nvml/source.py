@@ -6,37 +6,21 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import pynvml
 
 from gpuconsole.clock import Clock, wall_clock
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, Topology, XidEvent
-from gpuconsole.telemetry import SourceError
+from gpuconsole.model import HostSnapshot, Topology, XidEvent
+from gpuconsole.telemetry import SourceError, wire
+from gpuconsole.telemetry.agent import Nvml, Unavailable
 from gpuconsole.telemetry.jobs import LocalOwners
 from gpuconsole.telemetry.kernel_log import read_kernel_xids
-from gpuconsole.telemetry.nvml.device import (
-    _Calls,
-    _gpu_state,
-    _GpuLost,
-    _Identity,
-    _Memo,
-    _mig_devices,
-    _modes,
-    _processes,
-    _static,
-    ask_pcie_traffic,
-)
-from gpuconsole.telemetry.nvml.mapping import (
-    _REFUSED,
-    Handle,
-    _nvml,
-    cuda_version_text,
-    init_failure_reason,
-)
+from gpuconsole.telemetry.nvml.mapping import _REFUSED, Handle, _nvml, init_failure_reason
 from gpuconsole.telemetry.nvml.topology import read_topology
 from gpuconsole.telemetry.nvml.xids import XidWatcher, merge_xids
-from gpuconsole.untrusted import vetted
+from gpuconsole.untrusted import MAX_NOTES, vetted
+
+# `wire` is imported whole: it imports `nvml.mapping`, and so this package, as it loads.
 
 # --- the source ----------------------------------------------------------------------------------
 
@@ -60,11 +44,18 @@ def nvml_unavailable_reason() -> str | None:
 class NvmlSource:
     """This host's GPUs read through NVML: the `Source` for ``localhost`` where NVML loads.
 
+    The GPUs are read by the agent's NVML reader (`gpuconsole.telemetry.agent.Nvml`), here in
+    the console's process, and decoded as an SSH host's agent readings are
+    (`gpuconsole.telemetry.wire.decode_nvml`), so this host and an SSH host read the same fields
+    the same way. The reader keeps what each GPU's readings carry from one to the next (what
+    cannot change, the calls the GPU does not support, its modes for 10 s) and asks every GPU's
+    PCIe throughput at once on threads of its own: a reading takes about 21 ms longer.
+
     NVML is initialised on the first `read` (a failure raises `SourceError` with the reason) and
-    shut down by `close`. The topology is read once, when every GPU has a handle. The XID
-    watcher starts on the first read, so the kernel log's XIDs appear from a later reading on.
-    The GPUs' PCIe throughput is asked for on a pool of two threads per GPU, all at once
-    (`ask_pcie_traffic` says why): a reading takes about 21 ms longer.
+    shut down by `close`. pynvml shares the library with the reader (NVML counts its
+    initialisations) for the topology, read once every GPU has a pynvml handle, and the XID
+    watcher, which starts on the first read, so the kernel log's XIDs appear from a later
+    reading on.
     """
 
     def __init__(
@@ -78,16 +69,14 @@ class NvmlSource:
         self._kernel_log = kernel_log
         self._owners = LocalOwners()
         self._lock = threading.Lock()
-        self._initialised = False
-        self._count = 0
+        self._nvml: Nvml | None = None
         self._driver_version: str | None = None
         self._cuda_version: str | None = None
         self._handles: dict[int, Handle] = {}
-        self._memos: dict[int, _Memo] = {}
+        """pynvml's handles of the GPUs, for the topology and the XID watcher."""
         self._topology: Topology | None = None
         self._topology_read = False
         self._watcher: XidWatcher | None = None
-        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -97,25 +86,28 @@ class NvmlSource:
         if host != self._host:
             raise SourceError(f"{host}: NVML reads only this host ({self._host})")
         with self._lock:
-            self._initialise()
+            nvml = self._initialise()
             now = self._clock()
-            traffic = [self._ask_traffic(index) for index in range(self._count)]
-            gpus, processes = [], []
-            for index in range(self._count):
-                state, on_gpu = self._read_gpu(index, traffic[index])
-                gpus.append(state)
-                processes.extend(on_gpu)
-            self._start_watcher()
+            try:
+                entries, listed = nvml.read()
+            except Unavailable as error:
+                raise SourceError(f"{self._host}: NVML: {error}") from None
+            gpus, processes, notes = wire.decode_nvml(entries, listed)
+            bus_ids = [gpu.pci_bus_id for gpu in gpus]
+            self._take_handles(len(gpus))
+            self._start_watcher(bus_ids)
             snapshot = HostSnapshot(
                 host=self._host,
                 time=now,
                 gpus=tuple(gpus),
                 processes=tuple(processes),
-                topology=self._read_topology(),
+                topology=self._read_topology(bus_ids),
                 driver_version=self._driver_version,
                 cuda_version=self._cuda_version,
                 xid_events=self._xid_events(),
                 source="nvml",
+                bad_values=len(notes),
+                bad_value_notes=tuple(notes[:MAX_NOTES]),
             )
             return vetted(self._owners.attach(snapshot))
 
@@ -128,115 +120,55 @@ class NvmlSource:
             if self._watcher is not None:
                 self._watcher.stop()
                 self._watcher = None
-            if self._pool is not None:
-                self._pool.shutdown()
-                self._pool = None
-            if self._initialised:
-                self._initialised = False
+            if self._nvml is not None:
+                self._nvml.shutdown()
+                self._nvml = None
                 self._handles.clear()
-                self._memos.clear()
                 with contextlib.suppress(*_REFUSED):
                     pynvml.nvmlShutdown()
 
-    def _initialise(self) -> None:
-        if self._initialised:
-            return
+    def _initialise(self) -> Nvml:
+        """The reader, made on the first read after pynvml, in the library pynvml loaded."""
+        if self._nvml is not None:
+            return self._nvml
         try:
             pynvml.nvmlInit()
         except _REFUSED as error:
             raise SourceError(f"{self._host}: {init_failure_reason(error)}") from None
-        count = _nvml(pynvml.nvmlDeviceGetCount)
-        if not count:
+        try:
+            nvml = Nvml(pynvml.nvmlLib)
+        except Unavailable as error:
+            with contextlib.suppress(*_REFUSED):
+                pynvml.nvmlShutdown()
+            raise SourceError(f"{self._host}: NVML: {error}") from None
+        if not nvml.gpu_count():
+            nvml.shutdown()
             with contextlib.suppress(*_REFUSED):
                 pynvml.nvmlShutdown()
             raise SourceError(f"{self._host}: no NVIDIA GPU found")
-        self._initialised = True
-        self._count = count
-        self._pool = ThreadPoolExecutor(2 * count, thread_name_prefix="nvml-pcie")
-        self._driver_version = _nvml(pynvml.nvmlSystemGetDriverVersion)
-        cuda = _nvml(pynvml.nvmlSystemGetCudaDriverVersion)
-        self._cuda_version = None if cuda is None else cuda_version_text(cuda)
+        self._nvml = nvml
+        self._driver_version = nvml.driver_version()
+        self._cuda_version = nvml.cuda_version()
+        return nvml
 
-    def _handle(self, index: int) -> tuple[Handle | None, bool]:
-        """The GPU's handle (kept once got), and whether it is lost when there is none."""
-        if index not in self._handles:
-            try:
-                self._handles[index] = pynvml.nvmlDeviceGetHandleByIndex(index)
-            except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_Unknown):
-                return None, True
-            except _REFUSED:
-                return None, False
-        return self._handles[index], False
+    def _take_handles(self, count: int) -> None:
+        """pynvml's handle of each GPU that has none yet (kept once got)."""
+        for index in range(count):
+            if index not in self._handles:
+                handle = _nvml(pynvml.nvmlDeviceGetHandleByIndex, index)
+                if handle is not None:
+                    self._handles[index] = handle
 
-    def _ask_traffic(self, index: int) -> list[Future[int | None]]:
-        """The GPU's PCIe throughput, asked for on the pool; nothing for a GPU without a handle."""
-        handle, _ = self._handle(index)
-        if handle is None:
-            return []
-        assert self._pool is not None, "made by _initialise"
-        memo = self._memos.setdefault(index, _Memo())
-        return ask_pcie_traffic(self._pool, handle, memo.refused)
-
-    def _read_gpu(
-        self, index: int, traffic: list[Future[int | None]]
-    ) -> tuple[GpuState, list[GpuProcess]]:
-        handle, lost = self._handle(index)
-        if handle is None:
-            return self._unreadable(index, lost), []
-        memo = self._memos.setdefault(index, _Memo())
-        calls = _Calls(handle, memo.refused)
-        try:
-            static = memo.static or _static(calls, handle)
-            if not calls.unknown:
-                memo.static = static
-            modes = _modes(calls, handle, memo)
-            migs = _mig_devices(calls, handle) if modes.mig else []
-            state = _gpu_state(index, handle, static, modes, migs, calls, traffic)
-            if migs:
-                found = [_processes(calls, index, m.handle, m.gpu_instance_id) for m in migs]
-                processes = [process for listing in found for process in listing]
-            else:
-                processes = _processes(calls, index, handle)
-        except _GpuLost:
-            return self._unreadable(index, lost=True), []
-        if calls.all_unknown:
-            return self._unreadable(index, lost=True), []
-        return state, processes
-
-    def _unreadable(self, index: int, lost: bool) -> GpuState:
-        """What is known of a GPU that gives no reading: its identity, if it was ever read."""
-        known = self._identity_of(index)
-        return GpuState(
-            index=index,
-            name=known.name,
-            uuid=known.uuid,
-            pci_bus_id=known.pci_bus_id,
-            serial=known.serial,
-            vbios_version=known.vbios_version,
-            lost=lost,
-        )
-
-    def _read_topology(self) -> Topology | None:
-        if not self._topology_read and len(self._handles) == self._count:
+    def _read_topology(self, bus_ids: Sequence[str | None]) -> Topology | None:
+        if not self._topology_read and len(self._handles) == len(bus_ids):
             self._topology_read = True
-            handles = [self._handles[i] for i in range(self._count)]
-            bus_ids = [self._identity_of(i).pci_bus_id for i in range(self._count)]
+            handles = [self._handles[index] for index in range(len(bus_ids))]
             self._topology = read_topology(handles, bus_ids)
         return self._topology
 
-    def _identity_of(self, index: int) -> _Identity:
-        memo = self._memos.get(index)
-        if memo is None or memo.static is None:
-            return _Identity(None, None, None, None, None)
-        return memo.static.identity
-
-    def _bus_to_gpu(self) -> dict[str, int]:
-        buses = {index: self._identity_of(index).pci_bus_id for index in range(self._count)}
-        return {bus: index for index, bus in buses.items() if bus}
-
-    def _start_watcher(self) -> None:
+    def _start_watcher(self, bus_ids: Sequence[str | None]) -> None:
         if self._watcher is None:
-            bus_to_gpu = self._bus_to_gpu()
+            bus_to_gpu = {bus: index for index, bus in enumerate(bus_ids) if bus}
             self._watcher = XidWatcher(self._handles, lambda: self._kernel_log(bus_to_gpu))
             self._watcher.start()
 
