@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nvml_standin import StandinLibrary, h200, in_mig_mode, mig_device
 
 from gpuconsole import fields
 from gpuconsole.fields import FIELDS, Field
@@ -28,7 +29,9 @@ from gpuconsole.model import (
 )
 from gpuconsole.record import codec
 from gpuconsole.telemetry import dcgm, prometheus
+from gpuconsole.telemetry.agent import GPU_KEYS, Nvml
 from gpuconsole.telemetry.smi import QUERY_GPU_FIELDS, parse_dump, parse_query_gpu_csv, read_dump
+from gpuconsole.telemetry.wire import decode_nvml
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 
@@ -126,6 +129,26 @@ def test_a_full_reading_passes_the_boundary_unchanged() -> None:
 
     snapshot = HostSnapshot("h", 1.0, (full_gpu(),))
     assert vetted(snapshot) is snapshot
+
+
+# --- NVML: the one reader, in this process and in the agent on a host ---------------------------
+
+
+def test_the_nvml_reader_sends_and_the_decoder_reads_every_field() -> None:
+    """Two GPUs answering every call: one with a fan, one in MIG mode (no utilization then)."""
+    fanned, partitioned = h200(0), h200(1)
+    fanned["nvmlDeviceGetFanSpeed"] = 40
+    partitioned["nvmlDeviceGetFanSpeed"] = 40
+    in_mig_mode(partitioned)
+    library = StandinLibrary([fanned, partitioned])
+    library.migs[1] = [mig_device(1, "3g.71gb", 71_424, 30_000)]
+    entries, listed = Nvml(library).read()
+    sent = {key for entry in entries for key in entry}
+    keys = {spec.wire_key if spec.part is None else spec.part for spec in FIELDS}
+    assert sent == keys == set(GPU_KEYS)
+    gpus, _, notes = decode_nvml(entries, listed)
+    assert notes == []
+    assert missing(fields.NVML, read_fields(gpus)) == []
 
 
 # --- query-gpu: the agent's smi mode, its -lms stream, saved CSV -------------------------------
