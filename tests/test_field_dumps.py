@@ -4,6 +4,7 @@ fewer GPUs (``-i``), pending page retirement, MIG devices, ``--query-gpu`` CSV."
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -368,3 +369,18 @@ def test_bad_query_gpu_csv_is_refused(tmp_path: Path, content: str, message: str
     dump = tmp_path / "bad.csv"
     dump.write_text(content)
     assert message in refused(triage(dump), dump)
+
+
+def test_a_bad_value_read_for_two_fields_is_one_bad_value() -> None:
+    """The temperature is read for itself and for the thresholds computed from T.Limit margins:
+    a temperature that does not read is one bad value, one note."""
+    text = re.sub(r"(GPU Current Temp\s+: )\S+ C", r"\1hot C", H200_TEXT.read_text())
+    snapshot = parse_dump(text, host="h", time=0.0)
+    (gpu,) = snapshot.gpus
+    assert (gpu.temperature_c, gpu.slowdown_temperature_c, gpu.shutdown_temperature_c) == (
+        None,
+    ) * 3
+    assert snapshot.bad_value_notes == (
+        "GPU 0 Temperature/GPU Current Temp: 'hot C' is not a number",
+    )
+    assert snapshot.bad_values == 1

@@ -222,7 +222,9 @@ class _Gpu:
         try:
             return parser(text)
         except ValueError as error:
-            self.notes.append(f"GPU {self.index} {where}: {error}")
+            note = f"GPU {self.index} {where}: {error}"
+            if note not in self.notes:  # a value read twice (the temperature) is one bad value
+                self.notes.append(note)
             return None
 
     def read(self, key: str, parser: Callable[[str | None], T]) -> T | None:
