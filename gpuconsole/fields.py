@@ -54,6 +54,12 @@ REMAPPED_ROWS = (0, 1 << 20)
 PCIE_GEN = (1, 8)
 PCIE_WIDTH = (1, 32)
 INDEX = (0, MAX_GPUS - 1)
+# The numbers NVML gives for a code, as the agent sends them: the P-state (0-15, 32 unknown), an
+# enumeration (a recovery action, a compute mode; a newer driver may add values), the clock-event
+# reasons' 64-bit mask. A number outside is N/A, never a word or a reason.
+NVML_PSTATE = (0, 32)
+NVML_ENUM = (0, 255)
+REASON_MASK = (0, (1 << 64) - 1)
 
 DUMP_HAS_NO_MIG_PROFILE = "a dump lists MIG devices without their profile or UUID"
 NOT_IN_QUERY = "nvidia-smi --query-gpu has no such column"
@@ -72,6 +78,7 @@ class Field:
     """``text``, ``number``, ``whole``, ``flag``, ``reasons`` (clock-event reasons), ``code``
     (a word for NVML's number), ``instances`` (MIG instances) or ``lost``."""
     bounds: tuple[float, float] | None = None
+    """The range of a valid reading: of the number itself, or of NVML's number for a code."""
     nvml: str = ""
     """The NVML call the reader makes."""
     wire: str = ""
@@ -377,6 +384,7 @@ FIELDS: tuple[Field, ...] = (
         "pstate",
         "",
         "code",
+        NVML_PSTATE,
         nvml="nvmlDeviceGetPerformanceState",
         query_gpu="pstate",
         q_text=("Performance State",),
@@ -397,6 +405,7 @@ FIELDS: tuple[Field, ...] = (
         "throttle_reasons",
         "",
         "reasons",
+        REASON_MASK,
         nvml="nvmlDeviceGetCurrentClocksEventReasons",
         wire="throttle_mask",
         query_gpu="clocks_event_reasons.active",
@@ -470,6 +479,7 @@ FIELDS: tuple[Field, ...] = (
         "recovery_action",
         "",
         "code",
+        NVML_ENUM,
         nvml="nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)",
         q_text=("GPU Recovery Action",),
         q_xml=("gpu_recovery_action",),
@@ -551,6 +561,7 @@ FIELDS: tuple[Field, ...] = (
         "compute_mode",
         "",
         "code",
+        NVML_ENUM,
         nvml="nvmlDeviceGetComputeMode",
         query_gpu="compute_mode",
         q_text=("Compute Mode",),
@@ -620,5 +631,5 @@ def bounded(part: str | None = None) -> dict[str, tuple[tuple[float, float], boo
     return {
         f.attribute: (f.bounds, f.kind == "whole")
         for f in FIELDS
-        if f.bounds is not None and f.part == part and f.name != "index"
+        if f.kind in ("number", "whole") and f.part == part and f.name != "index"
     }

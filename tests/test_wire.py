@@ -333,6 +333,10 @@ def test_smi_reading_without_proc_details_keeps_the_process_name(stream: AgentSt
         ({"pstate": 0.5}, "pstate", "a GPU pstate is 0.5, not a whole number"),
         ({"ecc": [0, 1]}, "ecc", "a GPU ecc is not an object"),
         ({"mig_instances": [{"name": "x"}]}, "mig_instances", "a MIG instance has no gpu_inst"),
+        # codes outside what NVML gives are N/A, never a word or a finding
+        ({"recovery_action": 2**80}, "recovery_action", "a GPU recovery_action is 1208925"),
+        ({"throttle_mask": -1}, "throttle_reasons", "a GPU throttle_mask is -1, not within 0"),
+        ({"pstate": 99}, "pstate", "a GPU pstate is 99, not within 0 ... 32"),
     ],
 )
 def test_a_field_of_the_wrong_type_is_na_alone(

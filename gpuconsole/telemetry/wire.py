@@ -207,12 +207,16 @@ class _Fields:
             raise self._wrong(key, value, "a finite number")
         return float(value)
 
-    def integer(self, key: str, required: bool = False) -> int | None:
+    def integer(
+        self, key: str, required: bool = False, bounds: tuple[float, float] | None = None
+    ) -> int | None:
         value = self._get(key, required)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._wrong(key, value, "a whole number")
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise self._wrong(key, value, f"within {bounds[0]:g} ... {bounds[1]:g}")
         return value
 
     def text(self, key: str, required: bool = False, limit: int = MAX_TEXT_CHARS) -> str | None:
@@ -448,9 +452,9 @@ def _value(entry: _Fields, spec: Field, key: str) -> object:
     if spec.kind == "flag":
         return entry.flag(key)
     if spec.kind == "code":
-        return _CODES[spec.name](entry.integer(key))
+        return _CODES[spec.name](entry.integer(key, bounds=spec.bounds))
     if spec.kind == "reasons":
-        mask = entry.integer(key)
+        mask = entry.integer(key, bounds=spec.bounds)
         return None if mask is None else throttle_codes(mask)
     if spec.kind == "instances":
         return tuple(_mig(_Fields(item, "a MIG instance")) for item in entry.list_of(key))
