@@ -29,7 +29,7 @@ from gpuconsole.model import (
 )
 from gpuconsole.record import codec
 from gpuconsole.telemetry import dcgm, prometheus
-from gpuconsole.telemetry.agent import GPU_KEYS, Nvml
+from gpuconsole.telemetry.agent import GPU_KEYS, Nvml, SimGpus
 from gpuconsole.telemetry.smi import QUERY_GPU_FIELDS, parse_dump, parse_query_gpu_csv, read_dump
 from gpuconsole.telemetry.wire import decode_nvml
 
@@ -149,6 +149,17 @@ def test_the_nvml_reader_sends_and_the_decoder_reads_every_field() -> None:
     gpus, _, notes = decode_nvml(entries, listed)
     assert notes == []
     assert missing(fields.NVML, read_fields(gpus)) == []
+
+
+def test_the_agents_simulated_gpus_send_every_key_an_nvml_one_does() -> None:
+    """Simulated H100s lack what a real one does (tests/fixtures/h100): no fan, no page
+    retirement, no MIG instances outside MIG mode."""
+    gpus, _ = SimGpus(3, "h").read(1_767_225_600.0)
+    assert all(set(gpu) == set(GPU_KEYS) for gpu in gpus)
+    decoded, _, notes = decode_nvml(gpus, [])
+    assert notes == []
+    lacking = {"fan_pct", "retired_pages_pending", "mig_instances"}
+    assert read_fields(decoded) == {spec.name for spec in FIELDS} - lacking
 
 
 # --- query-gpu: the agent's smi mode, its -lms stream, saved CSV -------------------------------

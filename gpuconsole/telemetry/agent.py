@@ -892,9 +892,10 @@ def signal_of(command: dict) -> tuple[int, str, str]:
 
 
 class SimGpus:
-    """``count`` H100-80GB-like GPUs; two of every three run a load that swells and ebbs.
+    """``count`` H100-80GB-like GPUs; two of every three run a load that swells and ebbs. Each
+    entry has every key an nvml-mode one has (`GPU_KEYS`), with an H100's values.
 
-    A tick is a few sines per GPU: 128 agents fit on two cores.
+        A tick is a few sines per GPU: 128 agents fit on two cores.
     """
 
     NAME = "NVIDIA H100 80GB HBM3"
@@ -935,12 +936,20 @@ class SimGpus:
             "name": self.NAME,
             "uuid": f"GPU-{tag:08x}-{index:04x}-4000-8000-{index * 7919:012x}",
             "pci_bus_id": "00000000:%02X:00.0" % (bus % 256),
+            "serial": str(1651624100000 + tag * 64 + index),
+            "vbios_version": "96.00.99.00.0D",
             "memory_total_mib": self.MEMORY_MIB,
             "slowdown_temperature_c": 87.0,
+            "shutdown_temperature_c": 95.0,
             "power_limit_w": self.POWER_LIMIT_W,
+            "power_limit_min_w": 200.0,
+            "power_limit_max_w": self.POWER_LIMIT_W,
+            "power_limit_default_w": self.POWER_LIMIT_W,
             "sm_clock_max_mhz": self.SM_MAX_MHZ,
+            "sm_clock_application_mhz": self.SM_MAX_MHZ,
             "memory_clock_mhz": self.MEMORY_CLOCK_MHZ,
             "memory_clock_max_mhz": self.MEMORY_CLOCK_MHZ,
+            "memory_clock_application_mhz": self.MEMORY_CLOCK_MHZ,
             "pstate": 0,
             "fan_pct": None,
             "ecc": {
@@ -950,10 +959,13 @@ class SimGpus:
                 "aggregate_uncorrected": 0,
             },
             "remap": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+            "retired_pages_pending": None,
+            "recovery_action": 0,
             "pcie": {"gen": 5, "width": 16, "max_gen": 5, "max_width": 16},
             "persistence_mode": True,
             "compute_mode": 0,
             "mig_mode": False,
+            "mig_instances": [],
             "lost": False,
         }
 
@@ -969,6 +981,8 @@ class SimGpus:
             gpu["power_w"] = round(70.0 + 610.0 * load, 2)
             gpu["sm_clock_mhz"] = 1980.0 if load > 0.05 else 345.0
             gpu["throttle_mask"] = 0x1 if load <= 0.05 else (0x4 if load > 0.95 else 0)
+            gpu["pcie_tx_kib_s"] = round(2048.0 + 4.0e6 * load)
+            gpu["pcie_rx_kib_s"] = round(1024.0 + 1.0e6 * load)
             gpus.append(gpu)
         processes = []
         for process in self._processes:
