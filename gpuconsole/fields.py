@@ -590,12 +590,14 @@ FIELDS: tuple[Field, ...] = (
             PROMETHEUS: "dcgm-exporter labels MIG devices, the console reads whole GPUs",
         },
     ),
+    # Where a GPU that stopped answering shows so: NVML's GPU_IS_LOST, a dump's "GPU is lost" at
+    # both these places, dcgm-exporter's XID 79 alone. A --query-gpu row of one reads N/A in
+    # every column: that path cannot tell it from a GPU that reports nothing.
     Field(
         "lost",
         "",
         "lost",
         nvml="NVML_ERROR_GPU_IS_LOST",
-        query_gpu="(every value '[GPU is lost]')",
         q_text=("Utilization/GPU", "FB Memory Usage/Total"),
         q_xml=("utilization/gpu_util", "fb_memory_usage/total"),
         prometheus="xid",
