@@ -61,10 +61,8 @@ NVML_PSTATE = (0, 32)
 NVML_ENUM = (0, 255)
 REASON_MASK = (0, (1 << 64) - 1)
 
-DUMP_HAS_NO_MIG_PROFILE = "a dump lists MIG devices without their profile or UUID"
 NOT_IN_QUERY = "nvidia-smi --query-gpu has no such column"
 NOT_EXPORTED = "dcgm-exporter has no such metric"
-IDENTITY_LABEL = "a label of every series (dcgm-exporter's gpu, UUID, pci_bus_id, modelName)"
 
 
 @dataclass(frozen=True, slots=True)

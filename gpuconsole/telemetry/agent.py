@@ -895,7 +895,7 @@ class SimGpus:
     """``count`` H100-80GB-like GPUs; two of every three run a load that swells and ebbs. Each
     entry has every key an nvml-mode one has (`GPU_KEYS`), with an H100's values.
 
-        A tick is a few sines per GPU: 128 agents fit on two cores.
+    A tick is a few sines per GPU: 128 agents fit on two cores.
     """
 
     NAME = "NVIDIA H100 80GB HBM3"
@@ -1643,7 +1643,9 @@ class NvmlDevice:
                 "max_gen": static["max_gen"],
                 "max_width": static["max_width"],
             },
-            "persistence_mode": None if persistence is None else persistence == 1,
+            "persistence_mode": (
+                None if persistence is None else persistence == NVML_FEATURE_ENABLED
+            ),
             "mig_mode": modes["mig_mode"],
             "mig_instances": [self._mig_instance(*mig) for mig in migs],
         }

@@ -506,7 +506,9 @@ def decode_nvml(
     """The NVML reader's GPUs and processes (`gpuconsole.telemetry.agent.Nvml.read`, in this
     process or on a host through the agent) as the model's, and the notes of the values that
     were not what the protocol says (each N/A alone). `NvmlSource` decodes through this, so the
-    local host and an SSH host read the same fields the same way."""
+    local host and an SSH host read the same fields the same way. ValueError for an entry that
+    cannot be placed (a GPU without an index, a process without a pid), which the reader never
+    sends."""
     notes: list[str] = []
     try:
         states = [_gpu(_Fields(entry, "a GPU"), notes) for entry in gpus]

@@ -5,8 +5,12 @@ bounds on what a parser reads."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from gpuconsole.model import THROTTLE_REASON_BITS, GpuProcess
+
+T = TypeVar("T")
 
 
 class SmiParseError(ValueError):
@@ -158,9 +162,9 @@ def _process(
     """A process row; None, with a note, where its pid is not one (it cannot be told apart from
     another), and its memory or GPU instance N/A, with a note, where they are not numbers."""
 
-    def read(text: str | None, where: str) -> int | float | None:
+    def read(text: str | None, parser: Callable[[str | None], T], where: str) -> T | None:
         try:
-            return _integer(text) if where == "GPU instance ID" else _number(text)
+            return parser(text)
         except ValueError as error:
             notes.append(f"GPU {gpu} process {pid!r} {where}: {error}")
             return None
@@ -175,8 +179,8 @@ def _process(
     return GpuProcess(
         pid=number,
         gpu=gpu,
-        used_memory_mib=read(used, "used memory"),
+        used_memory_mib=read(used, _number, "used memory"),
         command=_text(name),
         kind=_process_kind(kind),
-        mig_instance=read(gi, "GPU instance ID"),  # type: ignore[arg-type]
+        mig_instance=read(gi, _integer, "GPU instance ID"),
     )
