@@ -19,6 +19,7 @@ _STATE_BADNESS = {
     HostState.HOST_KEY_UNKNOWN: 4,
     HostState.NO_DRIVER: 4,
     HostState.AUTH_FAILED: 4,
+    HostState.REFUSED: 4,
     HostState.DOWN: 4,
     HostState.STALE: 3,
     HostState.CONNECTING: 1,
@@ -76,6 +77,7 @@ STATE_WORDS = {
     HostState.HOST_KEY_MISMATCH: "hkey",
     HostState.HOST_KEY_UNKNOWN: "nokey",
     HostState.HOST_KEY_REVOKED: "rvkd",
+    HostState.REFUSED: "rfsd",
     HostState.NO_DRIVER: "nodrv",
 }
 """The short words the fleet's State column shows for these states, which the filter knows

@@ -72,6 +72,7 @@ RULES: dict[str, str] = {
     "host-key-mismatch": "the host's SSH key does not match known_hosts",
     "host-key-unknown": "the host's SSH key is in no known_hosts file ssh reads for it",
     "host-key-revoked": "the host's SSH key, or its certificate's CA, is marked @revoked",
+    "host-ssh-refused": "the host's ssh config asks for what the console does not do",
     "host-no-driver": "the console logs in, but the host's GPUs cannot be read",
     "bad-value-from-host": "the host sent values no GPU can report; they show as N/A",
 }
@@ -145,6 +146,12 @@ _HOST_STATES: dict[HostState, tuple[Severity, str, str, str]] = {
         "host-key-revoked",
         "SSH host key is revoked",
         "{host} must get a new host key; find out why the old one was revoked",
+    ),
+    HostState.REFUSED: (
+        Severity.CRITICAL,
+        "host-ssh-refused",
+        "refused by its ssh config",
+        "the reason names the keyword and the line that set it: unset it for {host}",
     ),
     HostState.NO_DRIVER: (
         Severity.CRITICAL,

@@ -38,6 +38,9 @@ class HostState(str, Enum):
     HOST_KEY_MISMATCH = "host-key-mismatch"
     HOST_KEY_UNKNOWN = "host-key-unknown"
     HOST_KEY_REVOKED = "host-key-revoked"
+    REFUSED = "refused"
+    """The console will not connect as the host's ssh config asks (a keyword it does not act
+    on), or ssh itself refuses that config: the reason names the keyword, file and line."""
     NO_DRIVER = "no-driver"
     """Logged in, but the agent cannot read GPUs (no driver, no nvidia-smi): it says why."""
 

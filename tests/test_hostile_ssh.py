@@ -130,7 +130,7 @@ def bad_config(sshd: Sshd, case: str) -> Path:
 
 
 @pytest.mark.parametrize("case", BAD_CONFIGS)
-def test_a_bad_ssh_config_makes_the_host_down_naming_file_and_line(
+def test_a_bad_ssh_config_makes_the_host_refused_naming_file_and_line(
     sshd: Sshd, home: Path, case: str
 ) -> None:
     config = bad_config(sshd, case)
@@ -138,7 +138,7 @@ def test_a_bad_ssh_config_makes_the_host_down_naming_file_and_line(
     link = source.supervisor.link("gpu-test")
     try:
         source.settle(LINK_S)
-        assert link.state is HostState.DOWN
+        assert link.state is HostState.REFUSED
         assert one_line(link.reason) == f"gpu-test: ssh config: {ssh_says(config)}"
         assert link.connects == 0
     finally:
@@ -199,7 +199,7 @@ def test_hosts_check_says_why_in_text_and_json(sshd: Sshd, home: Path) -> None:
     assert json.loads(done.stdout) == [
         {
             "name": "gpu-test",
-            "state": "down",
+            "state": "refused",
             "reason": expected,
             "gpus": None,
             "answered_by": "answer",
@@ -209,11 +209,11 @@ def test_hosts_check_says_why_in_text_and_json(sshd: Sshd, home: Path) -> None:
     done = run_gpuconsole(home, "hosts", "check", "--hosts", "gpu-test")
     assert done.returncode == 2, done.stderr
     assert done.stdout.splitlines() == [
-        f"gpu-test  {'down':<17}  {'answer':<7}  {'-':>7}  {expected}"
+        f"gpu-test  {'refused':<17}  {'answer':<7}  {'-':>7}  {expected}"
     ]
 
 
-async def test_the_fleet_screen_shows_a_host_down_with_the_config_reason(
+async def test_the_fleet_screen_shows_a_host_refused_with_the_config_reason(
     sshd: Sshd, home: Path
 ) -> None:
     config = bad_config(sshd, "random bytes")
@@ -222,7 +222,9 @@ async def test_the_fleet_screen_shows_a_host_down_with_the_config_reason(
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await until(
-                pilot, lambda: app.fleet.store.status("gpu-test").state is HostState.DOWN, LINK_S
+                pilot,
+                lambda: app.fleet.store.status("gpu-test").state is HostState.REFUSED,
+                LINK_S,
             )
             assert app.fleet.store.status("gpu-test").reason == (
                 f"gpu-test: ssh config: {ssh_says(config)}"
@@ -236,7 +238,7 @@ def test_a_proxyjump_ssh_refuses_is_refused_naming_it(sshd: Sshd, home: Path) ->
     config.write_text("Host gpu-test\n  ProxyJump bastion:99999\n" + config.read_text())
     with pytest.raises(ConnectFailure) as failed:
         asyncio.run(connect(alias(), SshSettings()))
-    assert failed.value.state is HostState.DOWN
+    assert failed.value.state is HostState.REFUSED
     assert failed.value.reason == f"gpu-test: ssh config: {ssh_says(config)}"
 
 
@@ -723,7 +725,7 @@ def test_any_ssh_config_is_planned_or_refused_in_one_line(
         config_file=config, options=(f"UserKnownHostsFile={tmp_path / 'none'}",)
     )
     try:
-        ssh._plan(alias(), host_settings)
+        ssh._plan(alias(), host_settings, tunnelled=False)
     except ConnectFailure as failure:
         assert failure.reason.startswith("gpu-test: ") and one_line(failure.reason)
 

@@ -13,172 +13,30 @@ import asyncio
 import json
 import os
 import pwd
-import shutil
 import subprocess
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncssh
 import pytest
-from sshd import SSH_KEYGEN, Sshd, keygen, sshd_available
+from ssh_judge import (
+    USER,
+    Rig,
+    agree,
+    console_answer,
+    host_block,
+    judged,
+    make_ca,
+    needs_openssh,
+    no_agent_fixture,  # noqa: F401 - the fixture `no_agent`, found by pytest here
+    public_line,
+    rig_fixture,  # noqa: F401 - the fixture `rig`
+)
+from sshd import SSH_KEYGEN, keygen
 
-from gpuconsole.hosts.inventory import HostDefaults
-from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
 from gpuconsole.hosts.ssh_config import read_ssh_config
 from gpuconsole.model import HostState
 
-pytestmark = pytest.mark.skipif(
-    not sshd_available() or shutil.which("ssh") is None, reason="OpenSSH is not installed"
-)
-
-SSH = shutil.which("ssh") or "/usr/bin/ssh"
-USER = pwd.getpwuid(os.getuid()).pw_name
-
-
-@pytest.fixture(autouse=True)
-def _no_agent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-
-
-@dataclass
-class Rig:
-    """Servers, a client key and the files one case writes, in a folder of its own."""
-
-    root: Path
-    servers: dict[str, Sshd] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.client = self.root / "client"
-        self.client.mkdir(parents=True, exist_ok=True)
-        self.key = keygen(self.client / "id_ed25519")
-
-    def server(
-        self, name: str, *, authorize: bool = True, ca: Path | None = None, **kw: str
-    ) -> Sshd:
-        server = Sshd(self.root / name, client_key=self.key)
-        if not authorize:
-            (server.directory / "authorized_keys").write_text("")
-        if ca is not None:
-            server.certify(ca, kw.get("principals", "127.0.0.1"))
-        self.servers[name] = server
-        return server
-
-    def start(self) -> None:
-        for server in self.servers.values():
-            server.start()
-
-    def stop(self) -> None:
-        for server in self.servers.values():
-            server.kill()
-
-    def public(self, server: str) -> str:
-        """The server's host key as a known_hosts line's "TYPE BASE64"."""
-        return public_line(self.servers[server].host_key)
-
-    def name(self, server: str) -> str:
-        return f"[127.0.0.1]:{self.servers[server].port}"
-
-    def file(self, relative: str, text: str) -> Path:
-        path = self.root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        return path
-
-
-def public_line(key: Path) -> str:
-    """The public half of the key pair at ``key`` as a known_hosts line's "TYPE BASE64"."""
-    words = Path(f"{key}.pub").read_text().split()
-    return f"{words[0]} {words[1]}"
-
-
-def make_ca(folder: Path, name: str = "ca") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    return keygen(folder / name, name)
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    made = Rig(tmp_path / "rig")
-    yield made
-    made.stop()
-
-
-@dataclass(frozen=True)
-class Answer:
-    connected: bool
-    words: str  # ssh's stderr, or the console's reason
-
-
-def ssh_answer(config: Path, host: str) -> Answer:
-    done = subprocess.run(
-        [SSH, "-F", str(config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host, "true"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=60,
-        check=False,
-    )
-    return Answer(done.returncode == 0, done.stderr)
-
-
-def console_answer(config: Path, host: str) -> tuple[Answer, HostState | None, list[str]]:
-    entry = HostDefaults(connect_timeout=10.0).entry(host, host)
-    notices: list[str] = []
-
-    async def attempt() -> None:
-        connection = await connect(entry, SshSettings(config_file=config), notices=notices)
-        async with connection:
-            result = await connection.run("true", check=False)
-            assert result.exit_status == 0
-
-    try:
-        asyncio.run(attempt())
-    except ConnectFailure as failure:
-        return Answer(False, failure.reason), failure.state, notices
-    return Answer(True, ""), None, notices
-
-
-def judged(
-    rig: Rig, config_text: Callable[[Path], str], files: dict[str, str], host: str = "gpu"
-) -> tuple[Answer, Answer, HostState | None, Path, Path, list[str]]:
-    """ssh's answer and the console's, each given a fresh copy of ``files`` (relative path ->
-    text) under its own folder, with ``config_text(folder)`` as the ssh config."""
-    answers = []
-    for who in ("ssh", "console"):
-        folder = rig.root / who
-        folder.mkdir(parents=True, exist_ok=True)
-        for relative, text in files.items():
-            target = folder / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-        config = folder / "config"
-        config.write_text(config_text(folder))
-        if who == "ssh":
-            answers.append((ssh_answer(config, host), None, folder, []))
-        else:
-            answers.append((*console_answer(config, host), folder))
-    (ssh, _, ssh_folder, _), (console, state, notices, console_folder) = answers
-    return ssh, console, state, ssh_folder, console_folder, notices
-
-
-def host_block(rig: Rig, server: str, folder: Path, *extra: str, name: str = "gpu") -> str:
-    lines = [
-        f"Host {name}",
-        "  HostName 127.0.0.1",
-        f"  Port {rig.servers[server].port}",
-        f"  User {USER}",
-        f"  IdentityFile {rig.key}",
-        "  IdentitiesOnly yes",
-        "  IdentityAgent none",
-        *[f"  {line}" for line in extra],
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def agree(ssh: Answer, console: Answer) -> None:
-    assert ssh.connected == console.connected, f"ssh: {ssh}\nconsole: {console}"
+pytestmark = [needs_openssh, pytest.mark.usefixtures("no_agent")]
 
 
 # --- the known_hosts files ssh reads ---------------------------------------------------------
@@ -611,14 +469,15 @@ def test_a_keyword_the_console_does_not_act_on_is_refused_by_name(rig: Rig) -> N
         host_block(rig, "a", rig.root, "CheckHostIP yes", f"UserKnownHostsFile {rig.root}/kh"),
     )
     answer, state, _ = console_answer(config, "gpu")
-    assert not answer.connected and state is HostState.DOWN
-    assert "CheckHostIP yes" in answer.words and "\n" not in answer.words
+    assert not answer.connected and state is HostState.REFUSED
+    assert "CheckHostIP" in answer.words and "\n" not in answer.words
+    assert f"{config} line 8" in answer.words
 
 
 def test_a_config_ssh_refuses_is_refused_with_ssh_words(rig: Rig) -> None:
     config = rig.file("console/config", "Host gpu\n  Bogus yes\n")
     answer, state, _ = console_answer(config, "gpu")
-    assert state is HostState.DOWN
+    assert state is HostState.REFUSED
     assert f"{config}: line 2: Bad configuration option: bogus" in answer.words
 
 

@@ -40,25 +40,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncssh
+from asyncssh.encryption import get_encryption_algs
+from asyncssh.kex import get_kex_algs
+from asyncssh.mac import get_mac_algs
 
-from gpuconsole import audit, paths
+from gpuconsole import paths
+from gpuconsole.hosts.host_key_judge import HostKeyJudge, failure, rsa_bits
 from gpuconsole.hosts.inventory import HostEntry, InventoryError, jump_hosts
-from gpuconsole.hosts.known_hosts import (
-    HostKeys,
-    append_known_host,
-    host_keys,
-    known_hosts_line,
-    lookup_name,
-)
-from gpuconsole.hosts.ssh_config import SshConfig, SshConfigError, read_ssh_config, user_home
+from gpuconsole.hosts.known_hosts import HostKeys, host_keys, lookup_name
+from gpuconsole.hosts.ssh_config import SshConfig, SshConfigError, read_ssh_config
 from gpuconsole.model import HostState
 from gpuconsole.untrusted import visible
 
 MAX_JUMPS = 8
 """Hops in a ProxyJump chain, counting the jump hosts' own ProxyJump: more is a loop."""
 MAX_REASON_CHARS = 500
-HOST_KEY_ADDED = "host-key-added"
-"""The audit log's word for a key `accept-new` added to known_hosts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,20 +105,20 @@ async def connect(
     ``hops``: how many jump hosts lead here, to stop a chain that loops; ``notices``: where to
     say what the connection changed (a host key `accept-new` added), one line each.
     """
-    plan = await asyncio.to_thread(_plan, entry, settings)
+    plan = await asyncio.to_thread(_plan, entry, settings, tunnelled=via is not None)
     tunnel = via
     if via is None and plan.jump is not None:
         tunnel = await _jump_through(entry, plan.jump, settings, hops, notices)
     try:
-        connection = await _open(entry, plan, tunnel)
+        connection, judge = await _open(entry, plan, tunnel)
     except BaseException:
         if tunnel is not None and tunnel is not via:  # a caller's `via` is the caller's
             tunnel.close()
         raise
     if tunnel is not None:
         connection.set_tunnel(tunnel)  # closed with this connection, as asyncssh does its own
-    if plan.judge.added is not None and notices is not None:
-        notices.append(plan.judge.added)
+    if judge.added is not None and notices is not None:
+        notices.append(judge.added)
     return connection
 
 
@@ -161,6 +157,32 @@ async def _jump_through(
 
 async def _open(
     entry: HostEntry, plan: _Plan, tunnel: asyncssh.SSHClientConnection | None
+) -> tuple[asyncssh.SSHClientConnection, HostKeyJudge]:
+    """Connect as the plan says, and the judge that took the host's key; where the host's
+    certificate fails, connect again asking for its plain key, as ssh drops the certificate
+    and judges the key underneath."""
+    try:
+        return await _attempt(entry, plan, tunnel), plan.judge
+    except _CertificateFailed:
+        algorithms = plan.options["server_host_key_algs"]
+        assert isinstance(algorithms, list)
+        plain = plain_algorithms(algorithms)
+        retry = dataclasses.replace(
+            plan, options={**plan.options, "server_host_key_algs": plain}, judge=plan.new_judge()
+        )
+        return await _attempt(entry, retry, tunnel, retry=True), retry.judge
+
+
+class _CertificateFailed(Exception):
+    """The host showed a certificate that ssh would drop for its plain key."""
+
+
+async def _attempt(
+    entry: HostEntry,
+    plan: _Plan,
+    tunnel: asyncssh.SSHClientConnection | None,
+    *,
+    retry: bool = False,
 ) -> asyncssh.SSHClientConnection:
     config = plan.config
     try:
@@ -171,15 +193,21 @@ async def _open(
             **plan.options,
         )
     except asyncssh.HostKeyNotVerifiable as error:
-        raise _host_key_failure(entry, plan, error.reason) from None
+        if plan.judge.certificate_seen and "revoked" not in error.reason and not retry:
+            raise _CertificateFailed from None
+        add = plan.settings.ssh_command(config.host)
+        why = await asyncio.to_thread(failure, plan.judge, error.reason, add)
+        raise ConnectFailure(*why) from None
     except asyncssh.PermissionDenied as error:
-        ignored = "".join(f"; {why}" for why in plan.ignored_keys)
         raise ConnectFailure(
             HostState.AUTH_FAILED,
             f"{entry.name}: authentication refused for user {config.user} "
-            f"({error.reason or 'no key was accepted'}){ignored}; not retried until the console "
-            "restarts",
+            f"({error.reason or 'no key was accepted'}){_auth_notes(plan)}; not retried until "
+            "the console restarts",
         ) from None
+    except asyncssh.KeyExchangeFailed as error:
+        note = await asyncio.to_thread(_negotiation_note, error, config)
+        raise ConnectFailure(HostState.DOWN, f"{entry.name}: SSH: {error.reason}{note}") from None
     except (asyncio.TimeoutError, TimeoutError):
         raise ConnectFailure(
             HostState.DOWN,
@@ -188,12 +216,47 @@ async def _open(
     except asyncssh.Error as error:
         raise ConnectFailure(HostState.DOWN, f"{entry.name}: SSH: {error.reason}") from None
     except OSError as error:
+        note = await asyncio.to_thread(_family_note, config)
         raise ConnectFailure(
             HostState.DOWN,
-            f"{entry.name}: {_os_reason(error)} ({config.hostname}:{config.port})",
+            f"{entry.name}: {_os_reason(error)} ({config.hostname}:{config.port}{note})",
         ) from None
-    except ValueError as error:  # what asyncssh reads only now: a key file it cannot import...
-        raise ConnectFailure(HostState.DOWN, f"{entry.name}: SSH: {error}") from None
+    except ValueError as error:  # asyncssh refusing an option it was given
+        raise ConnectFailure(HostState.REFUSED, f"{entry.name}: SSH: {error}") from None
+
+
+def _auth_notes(plan: _Plan) -> str:
+    """Why no key worked, in OpenSSH's words, and the methods ssh would try that the console
+    does not."""
+    notes = [*plan.ignored_keys]
+    untried = [method for method in plan.config.methods if method != "publickey"]
+    if untried:
+        notes.append(f"ssh would also try {', '.join(untried)}, which the console does not")
+    return "".join(f"; {note}" for note in notes)
+
+
+_NEGOTIATED = {
+    "encryption": "Ciphers",
+    "mac": "MACs",
+    "key exchange": "KexAlgorithms",
+    "host key": "HostKeyAlgorithms",
+    "compression": "Compression",
+}
+
+
+def _negotiation_note(error: asyncssh.KeyExchangeFailed, config: SshConfig) -> str:
+    """The keyword whose algorithms the server shares none of, and where it was set."""
+    text = error.reason.lower()
+    for word, keyword in _NEGOTIATED.items():
+        if f"no matching {word}" in text:
+            return f" (the host shares none of {keyword}{config.where(keyword)})"
+    return ""
+
+
+def _family_note(config: SshConfig) -> str:
+    if config.address_family == "any":
+        return ""
+    return f", AddressFamily {config.address_family}{config.where('AddressFamily')}"
 
 
 # --- the plan: every file read and every setting decided before connecting --------------------
@@ -203,17 +266,34 @@ async def _open(
 class _Plan:
     """One connection as asyncssh will make it, decided before any packet is sent."""
 
+    entry: HostEntry
     config: SshConfig
     options: dict[str, object]
     """asyncssh.connect's keyword arguments."""
     jump: str | None  # ProxyJump hops: the inventory's, else ssh config's
     ignored_keys: tuple[str, ...]  # why each key file was not offered, in OpenSSH's words
-    judge: _HostKeyJudge
+    keys: HostKeys
+    bare: HostKeys | None
+    judge: HostKeyJudge
     settings: SshSettings
 
+    def new_judge(self) -> HostKeyJudge:
+        return HostKeyJudge(
+            self.entry.name, self.config, self.keys, self.bare, direct=self.judge.direct
+        )
 
-def _plan(entry: HostEntry, settings: SshSettings) -> _Plan:
-    """What `connect` passes to asyncssh; `ConnectFailure` for a setting ssh would refuse."""
+
+_CERT_ALGS = frozenset(alg.decode() for alg in asyncssh.public_key.get_certificate_algs())
+_HOST_KEY_ALGS = [
+    *asyncssh.public_key.get_public_key_algs(),
+    *asyncssh.public_key.get_certificate_algs(),
+]
+_FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
+
+
+def _plan(entry: HostEntry, settings: SshSettings, *, tunnelled: bool) -> _Plan:
+    """What `connect` passes to asyncssh; `ConnectFailure` for a setting ssh would refuse, or
+    that the console does not act on."""
     try:
         config = read_ssh_config(
             entry.address,
@@ -223,19 +303,19 @@ def _plan(entry: HostEntry, settings: SshSettings) -> _Plan:
             options=settings.options,
         )
     except SshConfigError as error:
-        raise ConnectFailure(HostState.DOWN, f"{entry.name}: {error}") from None
-    keys = _known_keys(config)
+        raise ConnectFailure(HostState.REFUSED, f"{entry.name}: {error}") from None
+    if "publickey" not in config.methods:
+        raise ConnectFailure(HostState.AUTH_FAILED, f"{entry.name}: {_no_method(config)}")
+    keys, bare = _known_keys(config)
+    revoked = [*keys.revoked, *(bare.revoked if bare else ())]
     options: dict[str, object] = {
         "port": config.port,
         "username": config.user,
         "config": [],  # every setting is ssh -G's, given here
-        "known_hosts": (
-            [known.key for known in keys.trusted()],
-            [known.key for known in keys.authorities if keys.revoked_entry(known.key) is None],
-            [known.key for known in keys.revoked],
-        ),
+        # no key or CA trusted up front: the judge decides each, as ssh's check_host_key
+        "known_hosts": ([], [], [known.key for known in revoked]),
         "host_key_alias": config.host_key_alias,
-        "server_host_key_algs": _host_key_algorithms(config, keys),
+        "server_host_key_algs": _host_key_algorithms(entry, config, keys, bare),
         "x509_trusted_certs": None,
         "agent_path": config.identity_agent,
         "agent_forwarding": False,
@@ -243,202 +323,291 @@ def _plan(entry: HostEntry, settings: SshSettings) -> _Plan:
         "login_timeout": entry.connect_timeout,
         "keepalive_interval": settings.keepalive_interval,
         "keepalive_count_max": settings.keepalive_count_max,
+        "tcp_keepalive": config.tcp_keepalive,
+        "compression_algs": ["zlib@openssh.com", "zlib", "none"]
+        if config.compression
+        else ["none"],
+        "preferred_auth": ["publickey"],
+        "password_auth": False,
+        "kbdint_auth": False,
+        "gss_auth": False,
+        "gss_kex": False,
+        "host_based_auth": False,
     }
-    certificates = [str(path) for path in config.certificate_files if path.is_file()]
-    if certificates:
-        options["client_certs"] = certificates
-    ignored = _choose_keys(options, config.identity_files)
-    if config.identities_only:
-        # the agent's keys only where an identity file names them, as ssh's IdentitiesOnly
-        options["agent_identities"] = [
-            str(path) for path in config.identity_files if _identity_present(path)
-        ] or [_no_key()]
+    for keyword, option, wanted, known in (
+        ("Ciphers", "encryption_algs", config.ciphers, get_encryption_algs()),
+        ("MACs", "mac_algs", config.macs, get_mac_algs()),
+        ("KexAlgorithms", "kex_algs", config.kex_algorithms, get_kex_algs()),
+        (
+            "PubkeyAcceptedAlgorithms",
+            "signature_algs",
+            _signature_algorithms(config.pubkey_algorithms),
+            asyncssh.public_key.get_public_key_algs(),
+        ),
+    ):
+        if wanted:
+            options[option] = _usable(entry, config, keyword, wanted, known)
+    if config.address_family in _FAMILIES and not tunnelled:
+        options["family"] = _FAMILIES[config.address_family]
+    if config.bind_address is not None and not tunnelled:
+        options["local_addr"] = (config.bind_address, 0)
+    rekey_bytes, rekey_seconds = config.rekey_limit
+    if rekey_bytes > 0:
+        options["rekey_bytes"] = rekey_bytes
+    if rekey_seconds > 0:
+        options["rekey_seconds"] = rekey_seconds
+    ignored = _choose_keys(options, config)
     jump = entry.jump if entry.jump is not None else config.proxy_jump
+    direct = not tunnelled and jump is None
     return _Plan(
+        entry=entry,
         config=config,
         options=options,
         jump=jump,
         ignored_keys=ignored,
-        judge=_HostKeyJudge(entry.name, config, keys),
+        keys=keys,
+        bare=bare,
+        judge=HostKeyJudge(entry.name, config, keys, bare, direct=direct),
         settings=settings,
     )
 
 
-def _known_keys(config: SshConfig) -> HostKeys:
-    """The lines of ssh's files for this host, under the name ssh looks up; where none names
-    `[host]:port` (and no HostKeyAlias is set), ssh looks again under the bare host name."""
+def _no_method(config: SshConfig) -> str:
+    """Why ssh, in batch mode, would offer this host no key."""
+    if config.pubkey_authentication:
+        keyword, value = "PreferredAuthentications", ",".join(config.preferred)
+    else:
+        keyword, value = "PubkeyAuthentication", "no"
+    left = ", ".join(config.methods) or "nothing"
+    return (
+        f"ssh would offer no key: {keyword} {value}{config.where(keyword)}, and without a "
+        f"prompt (BatchMode) it would try {left}, which the console does not; not retried "
+        "until the console restarts"
+    )
+
+
+def _usable(
+    entry: HostEntry,
+    config: SshConfig,
+    keyword: str,
+    wanted: Sequence[str],
+    known: Sequence[bytes],
+) -> list[str]:
+    """ssh's list for ``keyword``, in its order, less what asyncssh cannot do; none left is a
+    refusal naming the keyword."""
+    names = {alg.decode() for alg in known}
+    usable = [alg for alg in wanted if alg in names]
+    if not usable:
+        raise ConnectFailure(
+            HostState.REFUSED,
+            f"{entry.name}: {keyword} {','.join(wanted)}{config.where(keyword)} names nothing "
+            "the console can use",
+        )
+    return usable
+
+
+def _known_keys(config: SshConfig) -> tuple[HostKeys, HostKeys | None]:
+    """The lines of ssh's files under the name ssh looks up, and under the bare host name
+    where ssh looks there too (a port other than 22, and no HostKeyAlias)."""
     files = config.known_hosts_files
     keys = host_keys(files, lookup_name(config.hostname, config.port, config.host_key_alias))
-    if keys.keys or keys.authorities or config.host_key_alias is not None or config.port == 22:
-        return keys
-    bare = host_keys(files, lookup_name(config.hostname, 22, None))
-    if not (bare.keys or bare.authorities):
-        return keys
-    return dataclasses.replace(bare, revoked=keys.revoked + bare.revoked)
+    if config.host_key_alias is not None or config.port in (0, 22):
+        return keys, None
+    return keys, host_keys(files, lookup_name(config.hostname, 22, None))
 
 
-def _host_key_algorithms(config: SshConfig, keys: HostKeys) -> list[str]:
+def _host_key_algorithms(
+    entry: HostEntry, config: SshConfig, keys: HostKeys, bare: HostKeys | None
+) -> list[str]:
     """ssh's HostKeyAlgorithms in ssh's order of preference for this host: the types of its
-    known keys first. Certificate types only where a CA is trusted for the host: ssh meets a
-    certificate it cannot check by checking the plain key, which asyncssh cannot, so the
-    server is asked for its plain key instead (the decision is the same)."""
-    supported = {alg.decode() for alg in asyncssh.public_key.get_public_key_algs()}
-    certificate = {alg.decode() for alg in asyncssh.public_key.get_certificate_algs()}
-    offered = [alg for alg in config.host_key_algorithms if alg in supported | certificate]
-    if not keys.authorities:
-        offered = [alg for alg in offered if alg not in certificate]
-    known = {alg.decode() for entry in keys.trusted() for alg in entry.key.sig_algorithms}
-    first = [alg for alg in offered if alg in certificate or alg in known]
-    return first + [alg for alg in offered if alg not in first] or sorted(supported)
+    known keys first. Where no CA is listed for the host, a certificate type is left out when
+    its plain type is offered too: ssh judges an unvouched certificate as the plain key it
+    holds, so that key is asked for at once."""
+    lines = [keys, *([bare] if bare else [])]
+    offered = list(config.host_key_algorithms)
+    if not any(found.authorities for found in lines):
+        offered = [
+            alg
+            for alg in offered
+            if plain_algorithms([alg])[0] not in offered or alg not in _CERT_ALGS
+        ]
+    known = {
+        alg.decode()
+        for found in lines
+        for entry in found.trusted()
+        for alg in entry.key.sig_algorithms
+    }
+    first = [alg for alg in offered if alg in _CERT_ALGS or alg in known]
+    ordered = first + [alg for alg in offered if alg not in first]
+    return _usable(entry, config, "HostKeyAlgorithms", ordered, _HOST_KEY_ALGS)
+
+
+def _signature_algorithms(accepted: Sequence[str]) -> list[str]:
+    """PubkeyAcceptedAlgorithms as asyncssh takes it: the plain types (asyncssh signs for a
+    certificate with its key's type); for a list of certificate types only, theirs."""
+    plain = [alg for alg in accepted if alg not in _CERT_ALGS]
+    return plain or plain_algorithms(accepted)
+
+
+def plain_algorithms(algorithms: Sequence[str]) -> list[str]:
+    """Each certificate algorithm replaced by the plain key algorithm it certifies, in order,
+    once each ("ssh-ed25519-cert-v01@openssh.com" -> "ssh-ed25519")."""
+    plain: list[str] = []
+    for alg in algorithms:
+        if alg in _CERT_ALGS:
+            alg = alg.replace("-cert-v01@openssh.com", "")
+            alg = f"{alg}@openssh.com" if alg.startswith("sk-") else alg
+        if alg not in plain:
+            plain.append(alg)
+    return plain
 
 
 class _Client(asyncssh.SSHClient):
-    """asyncssh asks this about a host key that no trusted line lists."""
+    """asyncssh asks this about every host key and CA: the judge answers."""
 
-    def __init__(self, judge: _HostKeyJudge) -> None:
+    def __init__(self, judge: HostKeyJudge) -> None:
         self._judge = judge
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey
     ) -> bool:
-        return self._judge.unknown_key(key)
+        return self._judge.plain_key(key, addr)
 
-
-class _HostKeyJudge:
-    """What ssh does with a key no line trusts: refuses it, or (accept-new) adds it."""
-
-    def __init__(self, host: str, config: SshConfig, keys: HostKeys) -> None:
-        self.host = host
-        self.config = config
-        self.keys = keys
-        self.presented: asyncssh.SSHKey | None = None
-        self.added: str | None = None
-        """What was added to known_hosts, one line, once the key was taken."""
-
-    def unknown_key(self, key: asyncssh.SSHKey) -> bool:
-        self.presented = key
-        if self.keys.revoked_entry(key) is not None or self.keys.trusted():
-            return False  # revoked, or changed (another key is known): refused in every mode
-        if self.config.strict_host_key_checking not in ("accept-new", "no"):
-            return False
-        self.added = self._add(key)
-        return True
-
-    def _add(self, key: asyncssh.SSHKey) -> str:
-        """Add the key to the first UserKnownHostsFile as ssh does; what was done, one line."""
-        name, kind = self.keys.name, _key_type(key)
-        mode = f"StrictHostKeyChecking {self.config.strict_host_key_checking}"
-        files = self.config.user_known_hosts
-        if not files:
-            return (
-                f"{self.host}: accepted the new {kind} key of {name} ({mode}); not kept, as "
-                "UserKnownHostsFile is none"
-            )
-        target = files[0]
-        if not target.parent.is_dir() and target.parent != Path(user_home(), ".ssh"):
-            # ssh makes ~/.ssh if it is missing, and no other folder
-            return (
-                f"{self.host}: accepted the new {kind} key of {name} ({mode}) but could not add "
-                f"it to {target}: its folder does not exist"
-            )
-        try:
-            append_known_host(
-                target, known_hosts_line(name, key, hashed=self.config.hash_known_hosts)
-            )
-        except (OSError, ValueError) as error:  # ValueError: a name ssh would not record
-            return (
-                f"{self.host}: accepted the new {kind} key of {name} ({mode}) but could not add "
-                f"it to {target}: {getattr(error, 'strerror', None) or error}"
-            )
-        audit.record(
-            HOST_KEY_ADDED,
-            host=self.host,
-            name=name,
-            file=str(target),
-            key_type=kind,
-            fingerprint=key.get_fingerprint(),
-        )
-        return (
-            f"{self.host}: permanently added the {kind} key of {name} to {target} ({mode}); "
-            f"{key.get_fingerprint()}"
-        )
-
-
-def _host_key_failure(entry: HostEntry, plan: _Plan, why: str) -> ConnectFailure:
-    """The refusal, with the file and line that decided it: revoked, changed, or unknown."""
-    keys, judge, config = plan.judge.keys, plan.judge, plan.config
-    name = keys.name
-    if "revoked" in why:  # asyncssh's words, "Host key is revoked" / "Host CA key is revoked"
-        places = ", ".join(known.place for known in keys.revoked) or "a @revoked line"
-        what = "CA that signed the host certificate" if "CA" in why else "host key"
-        return ConnectFailure(
-            HostState.HOST_KEY_REVOKED,
-            f"{entry.name}: REFUSED: the {what} of {name} is revoked ({places}); the host "
-            "needs a new key, and a person to check why; not retried",
-        )
-    presented = judge.presented
-    if presented is not None and (changed := keys.same_type(presented) or keys.trusted()):
-        places = ", ".join(known.place for known in changed)
-        return ConnectFailure(
-            HostState.HOST_KEY_MISMATCH,
-            f"{entry.name}: REFUSED: the {_key_type(presented)} host key of {name} "
-            f"({presented.get_fingerprint()}) differs from the one at {places}; it may have "
-            "been reinstalled, or someone is in the middle. Confirm it, then "
-            f"`ssh-keygen -R '{name}' -f {changed[0].path}`",
-        )
-    files = ", ".join(str(path) for path in config.known_hosts_files) or "no file (none set)"
-    if presented is None:
-        detail = f" ({why})"
-    else:
-        detail = f": no {_key_type(presented)} key ({presented.get_fingerprint()})"
-    add = f"`{plan.settings.ssh_command(config.host)}` asks once"
-    if config.host_key_alias is None and config.user_known_hosts:
-        port = f"-p {config.port} " if config.port != 22 else ""
-        scan = f"`ssh-keyscan {port}{config.hostname} >> {config.user_known_hosts[0]}`"
-        add = f"{scan}, or {add}"
-    return ConnectFailure(
-        HostState.HOST_KEY_UNKNOWN,
-        f"{entry.name}: host key unknown{detail} for {name} in {files}; "
-        f"StrictHostKeyChecking {config.strict_host_key_checking} refuses it. Check its "
-        f"fingerprint, then add it: {add}",
-    )
-
-
-def _key_type(key: asyncssh.SSHKey) -> str:
-    """'ED25519', 'ECDSA', 'RSA': the word ssh uses for a key's type."""
-    algorithm = key.algorithm.decode()
-    for word in ("ed25519", "ed448", "ecdsa", "rsa", "dss"):
-        if word in algorithm:
-            return "DSA" if word == "dss" else word.upper()
-    return algorithm
+    def validate_host_ca_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        return self._judge.ca_key(key, addr)
 
 
 # --- private keys ------------------------------------------------------------------------------
 
+MAX_KEY_FILE_BYTES = 1024 * 1024
+"""A key or certificate file is read up to this size (an RSA 16384-bit key is under 13 KB)."""
 
-def _choose_keys(options: dict[str, object], files: Sequence[Path]) -> tuple[str, ...]:
-    """Offer the identity files OpenSSH would use, leaving out those it ignores and anything
-    that is not a file (asyncssh would read /dev/zero for ever); OpenSSH's words for each key
-    file left out.
 
-    asyncssh reads an empty list as "the default files" (found through `$HOME`, which ssh
-    ignores), so a key no server knows stands in for none, which keeps the agent asked."""
-    ignored = tuple(why for why in map(_unprotected, files) if why is not None)
-    kept = [
-        str(path)
-        for path in files
-        if path.is_file() and _unprotected(path) is None and _loadable(path)
-    ]
-    options["client_keys"] = kept or [_no_key()]
-    options["ignore_encrypted"] = True  # as ssh in batch mode: a key it cannot open is skipped
-    return ignored
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """One IdentityFile as ssh's `load_public_identity_files` and `load_identity_file` see it."""
+
+    path: Path
+    public: asyncssh.SSHKey | None
+    """The file itself read as a public key, else its `.pub`, else the private key's own."""
+    private: asyncssh.SSHKey | None
+    """Usable without a prompt, protected, and long enough; else None (`note` says why)."""
+    note: str | None
+
+
+def _choose_keys(options: dict[str, object], config: SshConfig) -> tuple[str, ...]:
+    """Offer the identities OpenSSH would, paired with their certificates; OpenSSH's words for
+    each key file left out.
+
+    Every file is read here, bounded, so asyncssh reads none (it would read /dev/zero for
+    ever). An identity whose private half is missing, unprotected or encrypted still selects
+    the agent's copy of its public half, as with ssh. asyncssh reads an empty key list as "the
+    default files" (found through `$HOME`, which ssh ignores), so a key no server knows stands
+    in for none, which keeps the agent asked."""
+    identities = [_identity(path, config.required_rsa_size) for path in config.identity_files]
+    private = [identity.private for identity in identities if identity.private is not None]
+    certificates, notes = _certificates(config, identities)
+    keypairs = asyncssh.load_keypairs(private, certlist=certificates) if private else []
+    options["client_keys"] = keypairs or [_no_key()]
+    if config.identities_only:
+        # the agent's keys only where an identity file names them, as ssh's IdentitiesOnly
+        options["agent_identities"] = [
+            identity.public for identity in identities if identity.public is not None
+        ] or [_no_key()]
+    notes += [identity.note for identity in identities if identity.note is not None]
+    return tuple(notes)
+
+
+def _identity(path: Path, required_rsa_size: int) -> _Identity:
+    data, why = _read_key_file(path)
+    pub = _public_of(Path(f"{path}.pub"))
+    if data is None:
+        return _Identity(path, pub, None, why)
+    try:
+        key = asyncssh.import_private_key(data)
+    except asyncssh.KeyEncryptionError:
+        return _Identity(path, pub, None, None)  # ssh in batch mode skips it silently
+    except (asyncssh.KeyImportError, ValueError):
+        public = _import_public(data)  # a public key: the agent signs for it, or nothing
+        note = None if public is not None else f'Load key "{path}": invalid format'
+        return _Identity(path, public or pub, None, note)
+    public = pub or key.convert_to_public()
+    if (why := _unprotected(path)) is not None:
+        return _Identity(path, public, None, why)
+    bits = rsa_bits(key)
+    if bits is not None and bits < required_rsa_size:
+        why = (
+            f'Load key "{path}": RSA key of {bits} bits, under RequiredRSASize {required_rsa_size}'
+        )
+        return _Identity(path, public, None, why)
+    return _Identity(path, public, key, None)
+
+
+def _certificates(
+    config: SshConfig, identities: Sequence[_Identity]
+) -> tuple[list[asyncssh.SSHCertificate], list[str]]:
+    """The user certificates ssh would offer: CertificateFile's, else each identity's
+    `-cert.pub`; those PubkeyAcceptedAlgorithms leaves out are not offered."""
+    paths = list(config.certificate_files)
+    if not paths:
+        paths = [Path(f"{identity.path}-cert.pub") for identity in identities]
+    found: list[asyncssh.SSHCertificate] = []
+    notes: list[str] = []
+    for path in paths:
+        data, why = _read_key_file(path)
+        if data is None:
+            if why is not None and config.certificate_files:
+                notes.append(why.replace("Load key", "Load certificate"))
+            continue
+        try:
+            certificate = asyncssh.import_certificate(data)
+        except (asyncssh.KeyImportError, ValueError):
+            continue
+        algorithm = certificate.algorithm.decode()
+        if not config.pubkey_algorithms or algorithm in config.pubkey_algorithms:
+            found.append(certificate)
+    return found, notes
+
+
+def _read_key_file(path: Path) -> tuple[bytes | None, str | None]:
+    """A key file's bytes, or None and (where ssh would say so) why: a missing file is silent,
+    as with ssh; one that cannot be read is named, in ssh's words."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as error:  # ValueError: a NUL in the name ssh config gave
+        return None, f'Load key "{path}": {getattr(error, "strerror", None) or error}'
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, f'Load key "{path}": not a regular file'
+        data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
+    except OSError as error:
+        return None, f'Load key "{path}": {error.strerror or error}'
+    finally:
+        os.close(fd)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        return None, f'Load key "{path}": larger than {MAX_KEY_FILE_BYTES} bytes'
+    return data, None
+
+
+def _public_of(path: Path) -> asyncssh.SSHKey | None:
+    data, _ = _read_key_file(path)
+    return _import_public(data) if data is not None else None
+
+
+def _import_public(data: bytes) -> asyncssh.SSHKey | None:
+    try:
+        return asyncssh.import_public_key(data)
+    except (asyncssh.KeyImportError, ValueError):
+        return None
 
 
 def _unprotected(path: Path) -> str | None:
     """OpenSSH's `sshkey_perm_ok`: a key file the user owns that group or others may use."""
     try:
         info = path.stat()
-    except (OSError, ValueError):  # ValueError: a NUL in the name ssh config gave
+    except (OSError, ValueError):
         return None
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or not info.st_mode & 0o077:
         return None
@@ -446,21 +615,6 @@ def _unprotected(path: Path) -> str | None:
         f"UNPROTECTED PRIVATE KEY FILE ignored: permissions {info.st_mode & 0o777:04o} for "
         f"'{path}' are too open (chmod 600 it)"
     )
-
-
-def _loadable(path: Path) -> bool:
-    """Whether asyncssh can load a key file without a passphrase (ssh skips the others)."""
-    try:
-        asyncssh.load_keypairs(str(path), ignore_encrypted=True)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def _identity_present(path: Path) -> bool:
-    """Whether an identity file, or its `.pub`, is there for IdentitiesOnly to match the
-    agent's keys against."""
-    return path.is_file() or Path(f"{path}.pub").is_file()
 
 
 @functools.cache

@@ -75,6 +75,7 @@ _STATE_STYLE = {
     HostState.HOST_KEY_MISMATCH: "severity-critical",
     HostState.HOST_KEY_UNKNOWN: "severity-critical",
     HostState.HOST_KEY_REVOKED: "severity-critical",
+    HostState.REFUSED: "severity-critical",
     HostState.NO_DRIVER: "severity-critical",
 }
 
