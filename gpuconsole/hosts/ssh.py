@@ -378,11 +378,13 @@ def _no_method(config: SshConfig) -> str:
         keyword, value = "PreferredAuthentications", ",".join(config.preferred)
     else:
         keyword, value = "PubkeyAuthentication", "no"
-    left = ", ".join(config.methods) or "nothing"
+    if config.methods:
+        left = f"ssh would try only {', '.join(config.methods)}, which the console does not"
+    else:
+        left = "nothing is left to try"
     return (
         f"ssh would offer no key: {keyword} {value}{config.where(keyword)}, and without a "
-        f"prompt (BatchMode) it would try {left}, which the console does not; not retried "
-        "until the console restarts"
+        f"prompt (BatchMode) {left}; not retried until the console restarts"
     )
 
 

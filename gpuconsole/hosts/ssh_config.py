@@ -43,6 +43,9 @@ _METHOD_SWITCH = {
 }
 _OFF = ("no", "false")
 _DEFAULTS_HOST = "gpuconsole-defaults.invalid"
+_NEEDS_A_COMMAND = "without a command"
+"""ssh's words ("Cannot fork into background without a command to execute.") where a setting
+(ForkAfterAuthentication) makes `ssh -G` without a command fail: the console always has one."""
 
 
 class SshConfigError(ValueError):
@@ -121,7 +124,14 @@ def read_ssh_config(
     `SshConfigRefused` naming the keyword, its value and where it was set for a keyword the
     console does not act on."""
     command = _command(name, user=user, port=port, config_file=config_file, options=options)
-    words = _ssh_g(command, name)
+    try:
+        words = _ssh_g(command, name)
+    except SshConfigError as error:
+        if _NEEDS_A_COMMAND not in str(error):
+            raise
+        # ForkAfterAuthentication: ssh -G wants the command the console would run
+        command = [*command, "true"]
+        words = _ssh_g(command, name)
     refused = refusals(words, _defaults(command[0]))
     if refused:
         raise SshConfigRefused(_refusal_text(refused[0], command, name))

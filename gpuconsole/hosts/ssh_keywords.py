@@ -68,7 +68,12 @@ KEYWORDS: tuple[Keyword, ...] = (
     Keyword("CanonicalDomains", _N, "matters only with CanonicalizeHostname"),
     Keyword("CanonicalizeFallbackLocal", _N, "matters only with CanonicalizeHostname"),
     Keyword("CanonicalizeMaxDots", _N, "matters only with CanonicalizeHostname"),
-    Keyword("CanonicalizePermittedCNAMEs", _N, "matters only with CanonicalizeHostname"),
+    Keyword(
+        "CanonicalizePermittedCNAMEs",
+        _O,
+        "not supported: ssh follows CNAMEs with it, changing the name looked up",
+        _NONE,
+    ),
     Keyword("ConnectTimeout", _N, "the console waits the inventory's connect_timeout"),
     Keyword("ConnectionAttempts", _N, "the console retries a host with its own backoff"),
     Keyword("Tag", _N, "only selects Match blocks, which ssh -G has applied"),
