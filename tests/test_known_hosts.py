@@ -436,8 +436,8 @@ def test_a_file_that_fails_to_read_is_skipped_with_a_reason(
     keys = host_keys([path, other], "gpu07")
     assert keys.keys == ()
     assert keys.skipped == (
-        f"{path}: not read: Input/output error",
-        f"{other}: not read: Input/output error",
+        f"{path}: cannot be read: Input/output error",
+        f"{other}: cannot be read: Input/output error",
     )
 
 

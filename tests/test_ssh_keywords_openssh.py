@@ -529,3 +529,28 @@ def test_a_keyword_that_changes_nothing_about_the_login_connects(rig: Rig, setti
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
     ruling(ssh, console, True)
+
+
+def test_a_known_hosts_file_that_cannot_be_read_is_named(rig: Rig) -> None:
+    """ssh reads a known_hosts file it cannot open as empty (the key is then unknown); the
+    console refuses as ssh does and says the file could not be read."""
+    serve(rig)
+    ssh, console, state, *_ = ask(rig, known_hosts="{f}/folder", prepare=_a_folder)
+    ruling(ssh, console, False)
+    assert state is HostState.HOST_KEY_UNKNOWN
+    assert "folder: cannot be read: not a regular file (a folder)" in console.words
+
+
+def _a_folder(folder: Path) -> None:
+    (folder / "folder").mkdir(exist_ok=True)
+
+
+def test_the_command_that_adds_a_key_quotes_the_file(rig: Rig) -> None:
+    """A known_hosts path with shell characters is quoted in the command the reason suggests."""
+    serve(rig)
+    ssh, console, state, _, folder, _ = ask(
+        rig, "StrictHostKeyChecking yes", known_hosts="{f}/k;h", files={"k;h": ""}
+    )
+    ruling(ssh, console, False)
+    assert state is HostState.HOST_KEY_UNKNOWN
+    assert f">> '{folder}/k;h'`" in console.words

@@ -29,12 +29,18 @@ it as new).
 from __future__ import annotations
 
 import ipaddress
+import shlex
 from pathlib import Path
 
 import asyncssh
 
 from gpuconsole import audit
-from gpuconsole.hosts.known_hosts import HostKeys, append_known_host, known_hosts_line
+from gpuconsole.hosts.known_hosts import (
+    UNREADABLE,
+    HostKeys,
+    append_known_host,
+    known_hosts_line,
+)
 from gpuconsole.hosts.ssh_config import SshConfig, user_home
 from gpuconsole.model import HostState
 
@@ -216,11 +222,13 @@ def failure(judge: HostKeyJudge, why: str, add_command: str) -> tuple[HostState,
     add = f"`{add_command}` asks once"
     if config.host_key_alias is None and config.user_known_hosts:
         port = f"-p {config.port} " if config.port != 22 else ""
-        scan = f"`ssh-keyscan {port}{config.hostname} >> {config.user_known_hosts[0]}`"
+        target = shlex.quote(str(config.user_known_hosts[0]))
+        scan = f"`ssh-keyscan {port}{shlex.quote(config.hostname)} >> {target}`"
         add = f"{scan}, or {add}"
+    unread = "".join(f" ({why})" for why in keys.skipped if UNREADABLE in why)
     return (
         HostState.HOST_KEY_UNKNOWN,
-        f"{judge.host}: host key unknown{detail} for {name} in {files}; "
+        f"{judge.host}: host key unknown{detail} for {name} in {files}{unread}; "
         f"StrictHostKeyChecking {config.strict_host_key_checking} refuses it. Check its "
         f"fingerprint, then add it: {add}",
     )

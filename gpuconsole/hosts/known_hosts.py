@@ -47,6 +47,9 @@ while read); a line cut there is dropped and the cut noted in `HostKeys.skipped`
 MAX_LINE_CHARS = 64 * 1024
 """A longer line (counted in bytes, before decoding) is skipped as a bad line. OpenSSH has no
 limit; a real key line is under 1,000 bytes (an RSA 16384-bit key is about 2,800)."""
+UNREADABLE = "cannot be read"
+"""How a reason in `HostKeys.skipped` says a whole file could not be read (ssh reads it as
+missing; the console says so, as the key then looks unknown)."""
 MAX_SKIPPED = 20
 """Reasons kept in `HostKeys.skipped`: enough to diagnose, bounded however bad the file is."""
 
@@ -221,7 +224,7 @@ def _file_entries(path: Path, wanted: bytes) -> Iterator[KnownKey | str]:
     except OSError as error:
         if error.errno == errno.ENOTDIR:
             return  # a missing folder on the way: a missing file, as for fopen
-        yield f"{path}: not read: {error.strerror or error}"
+        yield f"{path}: {UNREADABLE}: {error.strerror or error}"
         return
     for number, raw in enumerate(data.split(b"\n"), start=1):
         entry = _line_entry(path, number, raw, wanted)
