@@ -354,12 +354,17 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     child.wait()
 
 
+def started(pid: int) -> float | None:
+    """The process's start as a reading gives it, which a signal command carries back."""
+    value = agent_module.process_details(pid)["started"]
+    return value if isinstance(value, float) else None
+
+
 def test_signal_reaches_the_process_that_runs_the_command(start, sleeper) -> None:
     agent = start(0.2, "sim", gpus=1)
     agent.next_of(Hello)
-    agent.send(
-        {"cmd": "signal", "id": 5, "pid": sleeper.pid, "signal": "TERM", "command": "sleep 60"}
-    )
+    command = {"cmd": "signal", "id": 5, "pid": sleeper.pid, "signal": "TERM"}
+    agent.send({**command, "command": "sleep 60", "started": started(sleeper.pid)})
     _, reply = agent.next_of(Reply)
     assert reply == Reply(5, True, f"sent TERM to pid {sleeper.pid}")
     assert sleeper.wait(timeout=WAIT_S) == -signal.SIGTERM
@@ -369,7 +374,7 @@ def test_signal_to_a_pid_that_runs_something_else_sends_nothing(start, sleeper) 
     agent = start(0.2, "sim", gpus=1)
     agent.next_of(Hello)
     command = {"cmd": "signal", "id": 6, "pid": sleeper.pid, "signal": "KILL"}
-    agent.send({**command, "command": "python3 train.py"})
+    agent.send({**command, "command": "python3 train.py", "started": started(sleeper.pid)})
     _, reply = agent.next_of(Reply)
     assert reply == Reply(
         6, False, f"pid {sleeper.pid} is now 'sleep 60', not the GPU process: nothing sent"

@@ -16,6 +16,7 @@ from gpuconsole.app import GpuConsoleApp
 from gpuconsole.model import GpuProcess, GpuState, HostSnapshot
 from gpuconsole.screens.confirm import ConfirmScreen
 from gpuconsole.screens.host import HostScreen
+from gpuconsole.telemetry.agent import process_details
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -38,7 +39,16 @@ def audit_log(tmp_path, monkeypatch: pytest.MonkeyPatch):
 
 
 def gpu_process(pid: int, command: str) -> GpuProcess:
-    return GpuProcess(pid=pid, gpu=0, used_memory_mib=2048.0, user="alice", command=command)
+    """The row as the console reads it: its start from /proc, as a reading takes it."""
+    started = process_details(pid)["started"]
+    return GpuProcess(
+        pid=pid,
+        gpu=0,
+        used_memory_mib=2048.0,
+        user="alice",
+        command=command,
+        started=started if isinstance(started, float) else None,
+    )
 
 
 def test_terminate_sends_term_and_logs_it(sleeper, audit_log) -> None:

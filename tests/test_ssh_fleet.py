@@ -29,6 +29,7 @@ from gpuconsole.hosts.supervisor import Backoff, Supervisor
 from gpuconsole.model import GpuProcess, HostState
 from gpuconsole.poller import collect, ingest
 from gpuconsole.store import FleetStore
+from gpuconsole.telemetry.agent import process_details
 from gpuconsole.telemetry.wire import AGENT_MARKER, agent_script
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
@@ -278,8 +279,10 @@ def test_a_remote_process_is_signalled_through_its_agent(sshd: Sshd, audit_log: 
     try:
         source.settle(15)
         wait_for(lambda: source.supervisor.link("gpu-test").hello is not None, what="hello")
-        process = GpuProcess(sleeper.pid, gpu=0, used_memory_mib=1024.0, command="sleep 300")
-        wrong = GpuProcess(sleeper.pid, gpu=0, used_memory_mib=1024.0, command="python other")
+        started = process_details(sleeper.pid)["started"]
+        assert isinstance(started, float)
+        process = GpuProcess(sleeper.pid, 0, 1024.0, command="sleep 300", started=started)
+        wrong = GpuProcess(sleeper.pid, 0, 1024.0, command="python other", started=started)
         refused = signal_process(source, "gpu-test", wrong, signal.SIGTERM)
         assert not refused.sent
         assert sleeper.poll() is None

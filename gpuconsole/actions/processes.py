@@ -63,6 +63,7 @@ def signal_process(
         pid=process.pid,
         signal=sig.name,
         command=process.command,
+        started=process.started,
         sent=result.sent,
         result=result.message,
     )

@@ -1,9 +1,10 @@
 """Delivering a signal to a GPU process: the transport half of stopping one (the action, which
 asks and logs, is `gpuconsole.actions.processes`).
 
-A pid can be reused between the reading and the keypress, so the process is identified by its
-pid and its command line together: if the command no longer matches, nothing is sent. A remote
-host's agent applies the same guard on its side.
+A pid can be reused between the reading and the keypress, by any command line, so the process
+is identified by its pid and its start together (`reused_pid`, the agent's, which reads the start
+as the reading did); a command line that no longer matches (the process ran another program)
+sends nothing either. A remote host's agent applies the same guard on its side.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import psutil
 
 from gpuconsole.model import GpuProcess
+from gpuconsole.telemetry.agent import reused_pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,9 @@ class SignalResult:
 
 def send_here(process: GpuProcess, sig: signal.Signals) -> SignalResult:
     """``sig`` to the process on this machine, if it is still the one that was read."""
+    reused = reused_pid(process.pid, process.started)
+    if reused is not None:
+        return SignalResult(False, reused)
     try:
         current = psutil.Process(process.pid)
         command = " ".join(current.cmdline()) or current.name()

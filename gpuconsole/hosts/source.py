@@ -106,6 +106,7 @@ class SshSource:
             "pid": process.pid,
             "signal": sig.name.removeprefix("SIG"),
             "command": process.command or "",
+            "started": process.started,
         }
         reply = self._call(self.supervisor.request(host, command), _STOP_TIMEOUT_S)
         return SignalResult(reply.ok, reply.message)

@@ -183,6 +183,32 @@ def started_at(ticks: int | None) -> float | None:
     return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 2)
 
 
+def _start_ticks(stat: list[str] | None) -> int | None:
+    """A process's start in clock ticks after boot: field 22 of its /proc/PID/stat."""
+    start = stat[19] if stat is not None and len(stat) > 19 else None
+    return int(start) if start is not None and start.isdigit() else None
+
+
+def reused_pid(pid: int, started: float | None) -> str | None:
+    """Why ``pid`` cannot be taken for the process that was read as starting at ``started``
+    (None when it can): a pid is reused, by any command line, and only the start tells a new
+    process from the one that was read. The start is read again as `process_details` read it,
+    so the same process gives the same number."""
+    ticks = _start_ticks(_stat_fields(pid))
+    if ticks is None:
+        return f"pid {pid} has already exited"
+    now = started_at(ticks)
+    if started is None or now is None:
+        return (
+            f"pid {pid}: its start was not read, so a process that took its pid could not be "
+            "told from it; nothing sent"
+        )
+    if now != started:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
+        return f"pid {pid} is now another process (started at {stamp}), nothing sent"
+    return None
+
+
 def process_details(pid: int) -> dict[str, object]:
     """What /proc adds to a GPU process: owner, command line, cgroup text, start (in clock
     ticks since boot and in seconds since the epoch), and the Slurm job it runs in."""
@@ -191,9 +217,7 @@ def process_details(pid: int) -> dict[str, object]:
     except OSError:
         user = None
     cgroup = cgroup_text(pid)
-    stat = _stat_fields(pid)
-    start = stat[19] if stat is not None and len(stat) > 19 else None  # field 22
-    ticks = int(start) if start is not None and start.isdigit() else None
+    ticks = _start_ticks(_stat_fields(pid))
     return {
         "user": user,
         "command": command_line(pid),
@@ -835,11 +859,17 @@ class Owners:
 _SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
 
 
-def send_signal(pid: int, name: str, expected_command: str) -> tuple[bool, str]:
-    """Signal ``pid`` only if it still runs ``expected_command`` (a reused pid is left alone)."""
+def send_signal(
+    pid: int, name: str, expected_command: str, expected_start: float | None
+) -> tuple[bool, str]:
+    """Signal ``pid`` only if it is still the process that was read: the same start (a reused
+    pid is left alone, see `reused_pid`) and the same command line."""
     stat = _stat_fields(pid)
     if stat is None or stat[0] == "Z":
         return False, f"pid {pid} has already exited"
+    reused = reused_pid(pid, expected_start)
+    if reused is not None:
+        return False, reused
     actual = command_line(pid) or ""
     if actual != expected_command:
         return False, f"pid {pid} is now {actual[:200]!r}, not the GPU process: nothing sent"
@@ -881,11 +911,17 @@ def interval_of(command: dict) -> float:
     return float(seconds)
 
 
-def signal_of(command: dict) -> tuple[int, str, str]:
+def signal_of(command: dict) -> tuple[int, str, str, float | None]:
     pid = _field(command, "pid", lambda v: _whole_number(v) and v > 0, "(a process id)")
     name = _field(command, "signal", lambda v: v in _SIGNALS, "(TERM or KILL)")
     expected = _field(command, "command", lambda v: isinstance(v, str), "(its command line)")
-    return pid, name, expected
+    start = _field(
+        command,
+        "started",
+        lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
+        "(its start as read, or null)",
+    )
+    return pid, name, expected, start
 
 
 # --- sim: cheap, plausible, slowly varying GPUs ----------------------------------------------
