@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 _STOP_WAIT_S = 15.0
 """How long a stopped command on a lent connection may take to be killed on the host (an
-`SshShell` stop: its start, then TERM, a second's grace, KILL), and how much longer than its
+`SshShell` stop: its start, then TERM, a second's grace, KILL, a second more and the check that
+it is gone), and how much longer than its
 own timeout a command may take before the supervisor's loop counts as gone."""
 _GONE = "SSH: the console stopped watching the host"
 
@@ -88,11 +89,11 @@ async def open_shell(
     if isinstance(target, WatchedTarget):
         lent = await target.watch.lend(target.name)
         if lent is not None:
-            yield HostShell(target.name, action, _LentShell(lent))
+            yield HostShell(target.name, action, _LentShell(lent, target.name))
             return
     connection = await connect(target.entry, settings or SshSettings())
     async with connection:
-        yield HostShell(target.name, action, SshShell(connection))
+        yield HostShell(target.name, action, SshShell(connection, target.name))
 
 
 class _LentShell:
@@ -101,9 +102,9 @@ class _LentShell:
     caller's loop, in order. A stopped command is killed on the host before the stop returns,
     as with a connection of the action's own."""
 
-    def __init__(self, lent: Lent) -> None:
+    def __init__(self, lent: Lent, host: str) -> None:
         self._lent = lent
-        self._shell = SshShell(lent.connection)
+        self._shell = SshShell(lent.connection, host)
 
     async def run(self, command: str, timeout: float) -> Output:
         return await self._there(command, timeout, lambda: self._shell.run(command, timeout))

@@ -21,6 +21,7 @@ _PREFIX = "LC_ALL=C; export LC_ALL; "
 _MAX_OUTPUT = 1 << 20
 _REAP_WAIT_S = 1.0
 _GROUP_MARK = "gpuconsole-process-group "
+_GONE_MARK = "gpuconsole-process-group-gone"
 _GRACE_S = 1
 _STOP_WAIT_S = 5.0  # for a command stopped while it starts: its start, then its group
 
@@ -100,10 +101,15 @@ class SshShell:
     session of its own, which lives on (OpenSSH does not honour a signal request for it). So
     every command is started by `_start`, whose shell first prints its process id, which is
     that session's process group; a command that times out or is stopped has the group
-    killed over a second channel (`_stop`)."""
+    killed over a second channel, in words any POSIX login shell takes (dash included), and
+    is checked to be gone (`_stop`).
 
-    def __init__(self, connection: asyncssh.SSHClientConnection) -> None:
+    ``host`` names the host in what is said of it (the address it was reached at where not
+    given)."""
+
+    def __init__(self, connection: asyncssh.SSHClientConnection, host: str | None = None) -> None:
         self._connection = connection
+        self._host = host or str((connection.get_extra_info("peername") or ("the host",))[0])
 
     async def run(self, command: str, timeout: float) -> Output:
         deadline = time.monotonic() + timeout
@@ -118,8 +124,7 @@ class SshShell:
             )
             await asyncio.wait_for(process.wait_closed(), _left(deadline))
         except (asyncio.TimeoutError, TimeoutError):
-            await self._stop(started)
-            return Output(command, None, "", f"no answer within {timeout:g} s")
+            return _given_up(command, timeout, await self._stop(started))
         except asyncio.CancelledError:
             await self._stop(started)
             raise
@@ -142,8 +147,7 @@ class SshShell:
             lines = await _read_lines(process.stdout.readline, deadline, on_line)
             await asyncio.wait_for(process.wait_closed(), _left(deadline))
         except (asyncio.TimeoutError, TimeoutError):
-            await self._stop(started)
-            return Output(command, None, "", f"no answer within {timeout:g} s")
+            return _given_up(command, timeout, await self._stop(started))
         except asyncio.CancelledError:
             await self._stop(started)
             raise
@@ -181,21 +185,42 @@ class SshShell:
             process = await asyncio.wait_for(opening, _STOP_WAIT_S)
             await self._stop(await _told(process, time.monotonic() + _STOP_WAIT_S))
 
-    async def _stop(self, started: _Started) -> None:
-        """TERM the command's process group on the host, KILL what is left a moment later."""
+    async def _stop(self, started: _Started) -> str | None:
+        """TERM the command's process group on the host, KILL what is left a moment later,
+        and check that the group is gone; None when it is, else one line naming the host.
+
+        ``kill -s SIG -- -GROUP`` is the form POSIX gives and dash takes (dash reads
+        ``kill -TERM -- -GROUP``'s ``--`` as a pid: "Illegal number"). The group is gone only
+        when signal 0 finds no such process: a process the user may not signal, or a kill the
+        shell refuses, reads as still there."""
         started.process.close()
-        if started.group is None:
-            return
         group = started.group
-        with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError, TimeoutError):
-            await asyncio.wait_for(
-                self._connection.run(
-                    f"kill -TERM -- -{group} 2>/dev/null; sleep {_GRACE_S}; "
-                    f"kill -KILL -- -{group} 2>/dev/null; true",
-                    check=False,
-                ),
-                _GRACE_S + 5.0,
+        if group is None:
+            return f"{self._host}: the command's shell did not say its process group: it may run on"
+        script = (
+            f"{_PREFIX}kill -s TERM -- -{group} 2>/dev/null && sleep {_GRACE_S}; "
+            f"kill -s KILL -- -{group} 2>/dev/null && sleep {_GRACE_S}; "
+            f'why=$(kill -s 0 -- -{group} 2>&1) || case "$why" in '
+            f"*[Nn]'o such process'*) echo {_GONE_MARK};; esac"
+        )
+        try:
+            checked = await asyncio.wait_for(
+                self._connection.run(script, check=False), 2 * _GRACE_S + 5.0
             )
+        except (asyncssh.Error, OSError, asyncio.TimeoutError, TimeoutError):
+            return f"{self._host}: could not check that process group {group} ended"
+        if _GONE_MARK in _text(checked.stdout).split():
+            return None
+        return (
+            f"{self._host}: processes of group {group} still run after KILL (stuck in the "
+            "kernel, or another user's): `ps -e -o pid,pgid,stat,args` there lists them"
+        )
+
+
+def _given_up(command: str, timeout: float, stop: str | None) -> Output:
+    """A command that timed out, with what its stop found where it was not gone."""
+    why = f"no answer within {timeout:g} s"
+    return Output(command, None, "", why if stop is None else f"{why}; {stop}")
 
 
 async def _told(process: asyncssh.SSHClientProcess[bytes], deadline: float) -> _Started:
