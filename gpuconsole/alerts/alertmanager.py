@@ -55,13 +55,11 @@ capacity), and resolutions not yet delivered, at most as many.
 from __future__ import annotations
 
 import getpass
-import http.client
 import json
 import re
 import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
@@ -73,6 +71,7 @@ from gpuconsole.alerts.engine import FIRING, Alert
 from gpuconsole.alerts.rules import alert_name
 from gpuconsole.clock import Clock, wall_clock
 from gpuconsole.telemetry.dcgm import HOST_LABEL
+from gpuconsole.telemetry.http_answer import Answer, AnswerError, read_answer
 from gpuconsole.untrusted import visible
 
 RESEND_SECONDS = 60.0
@@ -103,7 +102,8 @@ MAX_RULE_LABELS = 32
 """A rule's own labels sent at most (a real rule has a few), each name at most
 `MAX_LABEL_CHARS` long."""
 MAX_ANSWER_BYTES = 1 << 16
-"""What is read of Alertmanager's answer: a silence's id, or an error's text."""
+"""The largest answer read from Alertmanager (a silence's id, or an error's text); a larger one is
+refused, as is one not whole within the timeout."""
 ALERTS_PATH = "/api/v2/alerts"
 SILENCES_PATH = "/api/v2/silences"
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -393,7 +393,7 @@ class AlertmanagerSender:
                 return Silenced(url, clean(str(answer["silenceID"]), 64), now + seconds)
             except DeliveryError as error:
                 failures.append(f"{url}: {error}")
-            except (ValueError, TypeError, KeyError):
+            except (ValueError, TypeError, KeyError, RecursionError):
                 failures.append(f"{url}: not an Alertmanager's answer (no silenceID)")
         raise DeliveryError("; ".join(failures) or "no Alertmanager is configured")
 
@@ -488,8 +488,8 @@ class AlertmanagerSender:
 
 
 def _post(url: str, body: object, timeout: float) -> bytes:
-    """POST ``body`` as JSON; Alertmanager's answer (its first `MAX_ANSWER_BYTES`), or
-    DeliveryError saying in one line why there is none."""
+    """POST ``body`` as JSON; Alertmanager's answer, whole within ``timeout`` and at most
+    `MAX_ANSWER_BYTES`, or DeliveryError saying in one line why there is none."""
     request = urllib.request.Request(
         url,
         data=json.dumps(body).encode("ascii"),
@@ -497,41 +497,23 @@ def _post(url: str, body: object, timeout: float) -> bytes:
         headers={"Content-Type": "application/json", "User-Agent": f"gpuconsole/{__version__}"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.read(MAX_ANSWER_BYTES)
-    except urllib.error.HTTPError as error:
-        raise DeliveryError(_refusal(error)) from None
-    except urllib.error.URLError as error:
-        raise DeliveryError(_reason(error.reason, timeout)) from None
-    except (OSError, http.client.HTTPException) as error:
-        raise DeliveryError(_reason(error, timeout)) from None
+        answer = read_answer(request, timeout=timeout, limit=MAX_ANSWER_BYTES)
+    except AnswerError as error:
+        raise DeliveryError(str(error)) from None
+    if not answer.ok:
+        raise DeliveryError(_refusal(answer))
+    return answer.body
 
 
-def _refusal(error: urllib.error.HTTPError) -> str:
+def _refusal(answer: Answer) -> str:
     """An HTTP error with Alertmanager's own text (a JSON string, for a 400 the reason)."""
-    try:
-        raw = error.read(MAX_ANSWER_BYTES).decode("utf-8", "replace").strip()
-    except (OSError, http.client.HTTPException):
-        raw = ""
+    raw = answer.body.decode("utf-8", "replace").strip()
     try:
         detail = json.loads(raw) if raw else ""
-    except ValueError:
+    except (ValueError, RecursionError):
         detail = raw
     text = detail if isinstance(detail, str) else raw
-    return f"HTTP {error.code}" + (f": {visible(text, 200)}" if text else f" {error.reason}")
-
-
-def _reason(error: object, timeout: float) -> str:
-    """Why a connection gave nothing, in a few words."""
-    if isinstance(error, TimeoutError | socket.timeout):
-        return f"no answer within {timeout:g} s"
-    if isinstance(error, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(error, socket.gaierror):
-        return f"cannot resolve the host name ({error.strerror})"
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror.lower()
-    return visible(str(error) or type(error).__name__, 200)
+    return f"HTTP {answer.status}" + (f": {visible(text, 200)}" if text else f" {answer.reason}")
 
 
 def _utc(seconds: float | None) -> str:

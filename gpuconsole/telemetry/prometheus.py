@@ -18,7 +18,9 @@ The hosts are those Prometheus knows when the source starts.
 A polling round starts with the first `read` of a host already read in the current round: the
 poller reads every host once per round. The first round is fetched when the source is made, so
 the console's first reading of every host costs no request. Readings Prometheus does not have
-stay None, never 0.
+stay None, never 0. Every answer, those of the start included, is read whole within the timeout
+and up to `MAX_ANSWER_BYTES` (`gpuconsole.telemetry.http_answer`), or the source says in one
+line that Prometheus was slow or its answer too big.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
@@ -46,6 +47,7 @@ from gpuconsole.model import (
     XidEvent,
 )
 from gpuconsole.telemetry import SourceError, dcgm
+from gpuconsole.telemetry.http_answer import Answer, AnswerError, Unreachable, read_answer
 from gpuconsole.untrusted import vetted, visible
 from gpuconsole.xid import FALLEN_OFF_THE_BUS
 
@@ -99,6 +101,11 @@ _IDENTITY = "identity"
 _UNREAD_STATES = frozenset(
     state.value for state in HostState if state not in (HostState.LIVE, HostState.CONNECTING)
 )
+MAX_ANSWER_BYTES = 32 << 20
+"""The largest answer read: a first round of 1,000 hosts × 8 GPUs (every reading) is 11.4 MiB
+of JSON (docs/benchmarks.md), so some 2,800 hosts fit, twice as many in later rounds. A larger
+answer is refused, not read into memory (200 MB of it took the console to 657 MB). Decoded, 32
+MiB of samples take some 210 MiB; of JSON written to cost the most (empty objects), 770 MiB."""
 
 
 class PrometheusError(SourceError):
@@ -106,14 +113,16 @@ class PrometheusError(SourceError):
 
 
 class PrometheusApi:
-    """The few calls of Prometheus's HTTP API this source makes."""
+    """The few calls of Prometheus's HTTP API this source makes, each answer whole within
+    ``timeout`` seconds and at most ``max_bytes`` long."""
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = 10.0, max_bytes: int = MAX_ANSWER_BYTES) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise PrometheusError(f"{url}: not an http:// or https:// URL of a Prometheus server")
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.max_bytes = max_bytes
 
     def query(self, promql: str, at: float) -> list[dict[str, Any]]:
         """The instant vector ``promql`` evaluates to at ``at``: a list of samples."""
@@ -124,21 +133,17 @@ class PrometheusApi:
             headers={"Content-Type": "application/x-www-form-urlencoded"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as error:
-            raise PrometheusError(_http_error(self.url, error)) from None
-        except TimeoutError:
-            raise PrometheusError(
-                f"Prometheus at {self.url}: no answer within {self.timeout:g} s"
-            ) from None
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise PrometheusError(f"cannot reach Prometheus at {self.url}: {reason}") from None
+            reply = read_answer(request, timeout=self.timeout, limit=self.max_bytes)
+        except Unreachable as error:
+            raise PrometheusError(f"cannot reach Prometheus at {self.url}: {error}") from None
+        except AnswerError as error:
+            raise PrometheusError(f"Prometheus at {self.url}: {error}") from None
+        if not reply.ok:
+            raise PrometheusError(_http_error(self.url, reply))
         try:
-            answer = json.loads(raw)
+            answer = json.loads(reply.body)
             result = answer["data"]["result"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise PrometheusError(_not_prometheus(self.url, "")) from None
         if answer.get("status") != "success" or answer["data"].get("resultType") != "vector":
             error = visible(str(answer.get("error", "not a vector")), 200)
@@ -166,15 +171,16 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _http_error(url: str, error: urllib.error.HTTPError) -> str:
-    """Prometheus's own error text when it answered; else say the URL is not Prometheus."""
+def _http_error(url: str, answer: Answer) -> str:
+    """Prometheus's own error text (made one visible line) when it answered; else say the URL is
+    not Prometheus."""
     try:
-        detail = json.loads(error.read()).get("error")
-    except (ValueError, AttributeError):
+        detail = json.loads(answer.body).get("error")
+    except (ValueError, AttributeError, RecursionError):
         detail = None
     if detail:
-        return f"Prometheus at {url}: HTTP {error.code}: {detail}"
-    return _not_prometheus(url, f" (HTTP {error.code} {error.reason})")
+        return f"Prometheus at {url}: HTTP {answer.status}: {visible(str(detail), 200)}"
+    return _not_prometheus(url, f" (HTTP {answer.status} {answer.reason})")
 
 
 def _not_prometheus(url: str, why: str) -> str:
