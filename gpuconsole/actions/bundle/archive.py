@@ -6,12 +6,18 @@ when the target exists (also when it appeared meanwhile): nothing the user had i
 A bundle tells about hosts, their users and their processes: it is private. The archive is made
 0600 (as `tempfile.mkstemp` makes its file), its members say 0600 (what `tar` gives them when it
 unpacks them), and the folders created for it are 0700.
+
+Every file is text a person reads with `cat`, and much of it comes from the host (its kernel log,
+nvidia-smi's output, a check's evidence): each holds no control character but the newlines and
+tabs that lay it out. The others are written as visible stand-ins (`printable`), so an escape
+sequence in the host's kernel log neither retitles nor clears the terminal that shows the file.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 import tempfile
 from collections.abc import Mapping
@@ -19,6 +25,11 @@ from pathlib import Path
 
 from gpuconsole import paths
 from gpuconsole.private_files import PRIVATE_FILE_MODE, make_private_dirs
+from gpuconsole.untrusted import UNSAFE, stand_in
+
+_RAW = re.compile(rf"(?![\t\n]){UNSAFE.pattern}")
+"""What a file may not hold as it is: what text from outside may not (`UNSAFE`), but the
+newlines and tabs that lay a text file out."""
 
 
 class BundleError(Exception):
@@ -42,8 +53,15 @@ def bundle_path(output: Path | None, name: str) -> Path:
     return candidate
 
 
+def printable(text: str) -> str:
+    """``text`` as a file of the bundle holds it: its newlines and tabs as they are, every other
+    control character a visible stand-in (``\\x1b`` as ``␛``, a carriage return as ``␍``)."""
+    return _RAW.sub(stand_in, text)
+
+
 def write_archive(path: Path, root: str, files: Mapping[str, str], mtime: float) -> None:
-    """A tar.gz at ``path`` holding ``root/NAME`` for every file, in order."""
+    """A tar.gz at ``path`` holding ``root/NAME`` for every file, in order, each `printable`
+    (a lone surrogate, which JSON can carry, written as ``\\ud800``)."""
     try:
         make_private_dirs(path.parent)
         handle, temporary = tempfile.mkstemp(prefix=".bundle-", suffix=".tmp", dir=path.parent)
@@ -52,7 +70,7 @@ def write_archive(path: Path, root: str, files: Mapping[str, str], mtime: float)
     try:
         with os.fdopen(handle, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
             for name, text in files.items():
-                data = text.encode()
+                data = printable(text).encode("utf-8", "backslashreplace")
                 member = tarfile.TarInfo(f"{root}/{name}")
                 member.size = len(data)
                 member.mtime = int(mtime)

@@ -28,6 +28,7 @@ from gpuconsole.actions.verify.output import reports_text
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.record.when import file_stamp
+from gpuconsole.untrusted import visible
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -89,6 +90,9 @@ async def make_bundle(
             files["verification.json"] = json.dumps(verification.as_dict(), indent=2) + "\n"
             files["verification.txt"] = reports_text([verification]) + "\n"
         notes += gathered.notes
+    # A note quotes what the host said (a command's stderr): one visible line each, as the
+    # summary lists it and `gpuconsole bundle` prints it.
+    notes = [visible(note) for note in notes]
     files["summary.md"] = summary(inputs, list(files), verification, notes, made)
     name = bundle_name(inputs.host, inputs.at)
     path = bundle_path(output, name)
