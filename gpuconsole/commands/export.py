@@ -1,10 +1,19 @@
 """`gpuconsole rules export` and `gpuconsole grafana export`: the console's alert rules as a
 Prometheus rules file, and a Grafana dashboard, over dcgm-exporter's metrics as a named
-generation of dcgm-exporter names them (or both generations)."""
+generation of dcgm-exporter names them (or both generations).
+
+``-o FILE`` never writes through a link: a symbolic link at FILE (one planted in /tmp, onto
+another of the user's files) is refused, and the export goes to a new file beside FILE that is
+renamed over it, so that FILE is the whole export or what it was, and another name of the old
+file (a hard link) keeps the old text."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import secrets
+import stat
 import sys
 from pathlib import Path
 
@@ -80,7 +89,39 @@ def _write(output: Path | None, text: str) -> int:
         sys.stdout.write(text)
         return 0
     try:
-        output.write_text(text, encoding="utf-8")
+        if output.is_symlink():
+            return fail(
+                f"{output}: is a symbolic link; the export writes no file through a link: "
+                "give the path of the file itself"
+            )
+        _replace(output, text.encode("utf-8"))
     except OSError as error:
         return fail(f"{output}: {error.strerror or error}")
     return 0
+
+
+def _replace(output: Path, data: bytes) -> None:
+    """``data`` in a new file beside ``output`` (never through a link: O_EXCL, O_NOFOLLOW),
+    renamed over it; the new file has the mode of the one it replaces. Something there that is
+    not a file (a device, a pipe) is written into, never through a link."""
+    try:
+        old = output.lstat()
+    except FileNotFoundError:
+        old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        handle = os.open(output, os.O_WRONLY | os.O_NOFOLLOW | os.O_NOCTTY)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        return
+    temporary = output.with_name(f".{output.name}.{secrets.token_hex(4)}.tmp")
+    made = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    try:
+        with os.fdopen(made, "wb") as out:
+            if old is not None:
+                os.fchmod(out.fileno(), stat.S_IMODE(old.st_mode))
+            out.write(data)
+        os.replace(temporary, output)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
