@@ -7,9 +7,12 @@ the command asked for; each command's options and work live in its module.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, TextIO
 
 from gpuconsole import __version__, global_options
 from gpuconsole.commands import (
@@ -84,7 +87,11 @@ exit codes of exporter, rules export and grafana export: 0 done, 2 a bad alert r
 3 a port that cannot be bound or a file that cannot be written. A bad --alerts file or an
 unreachable --prometheus URL stops the console with one line (exit 2 and 3).
 exit codes of hosts check: 0 every host live, 1 a live host differs from the inventory
-(GPU count), 2 a host is not live; a bad inventory exits 2 with one line naming file and line.
+(GPU count), 2 a host is not live; a bad inventory exits 2 with one line naming file and line,
+and so does one of more hosts than one check connects to (1,024).
+Every command exits 74 with one line when its standard output or error cannot be written (a full
+disk, a closed descriptor); what it did (a bundle written, a node drained) stands. A reader that
+has gone (`| head`) is no error: exit 0, nothing said.
 
 The inventory is --hosts, else --inventory FILE, else $GPUCONSOLE_INVENTORY, else
 ~/.config/gpuconsole/hosts.toml where it exists. SSH decides as `ssh -o BatchMode=yes HOST`
@@ -129,7 +136,107 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_OUTPUT = 74
+"""Standard output or error could not be written: sysexits.h's EX_IOERR, a code no command
+gives for a reason of its own."""
+
+
+_STDOUT, _STDERR = "standard output", "standard error"
+
+
+class OutputLost(Exception):
+    """Standard output or error cannot be written; raised where it is written (`_Checked`) and
+    said once, by `main`. Not an OSError, so that no command takes it for an error of its own
+    files (a bundle's, a recording's) and reports it as one."""
+
+    def __init__(self, stream: str, error: OSError) -> None:
+        super().__init__(f"cannot write {stream}: {error.strerror or error}")
+        self.stream = stream
+        self.errno = error.errno
+
+
+class _Checked:
+    """A standard stream whose write errors are `OutputLost`; a closed one (the shell's `>&-`,
+    where Python sets the stream to None) fails its first write as a closed descriptor does."""
+
+    def __init__(self, stream: TextIO | None, name: str, fd: int) -> None:
+        self._stream = stream if stream is not None else _held(fd)
+        self._closed = stream is None
+        self._name = name
+
+    def write(self, text: str) -> int:
+        try:
+            if self._closed:
+                raise OSError(errno.EBADF, "it is closed")
+            return self._stream.write(text)
+        except OSError as error:
+            raise OutputLost(self._name, error) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise OutputLost(self._name, error) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _hold_closed_descriptors() -> None:
+    """Hold each standard descriptor the shell closed (`>&-`) with /dev/null, so that no file
+    the command opens takes its number, and no child it starts writes into that file."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            held = os.open(os.devnull, os.O_RDWR)
+            if held != fd:
+                os.dup2(held, fd)
+                os.close(held)
+
+
+def _held(fd: int) -> TextIO:
+    """A stream on a standard descriptor that `_hold_closed_descriptors` holds."""
+    return open(fd, "w", closefd=False)
+
+
+def _discard(stream: TextIO | None) -> None:
+    """What is still buffered for ``stream`` goes nowhere, so that the interpreter's last
+    flush cannot fail again and print an "Exception ignored" of its own."""
+    try:
+        fd = stream.fileno() if stream is not None else -1
+    except (OSError, ValueError):  # not a descriptor of this process (a test's capture)
+        return
+    if fd >= 0:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; an error writing standard output or error is said here, once."""
+    _hold_closed_descriptors()
+    streams = sys.stdout, sys.stderr
+    sys.stdout = _Checked(sys.stdout, _STDOUT, 1)  # type: ignore[assignment]
+    # a closed stderr (`2>&-`) is news nobody wants: it goes nowhere and the command goes on
+    sys.stderr = _Checked(sys.stderr or _held(2), _STDERR, 2)  # type: ignore[assignment]
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # here, where an error is said, not at the interpreter's exit
+    except OutputLost as lost:
+        stdout, stderr = streams
+        _discard(stdout if lost.stream == _STDOUT else stderr)
+        if lost.errno == errno.EPIPE:  # `… | head`: the reader has seen enough, no error
+            return 0
+        if lost.stream == _STDOUT and stderr is not None:
+            with contextlib.suppress(OSError):
+                print(f"gpuconsole: {lost}; the output is incomplete", file=stderr)
+        return EXIT_OUTPUT
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # `launch RECIPE [options] -- ARGS`: what follows `--` goes to the recipe untouched.
     extra: list[str] = []
@@ -154,10 +261,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl+C: each command has cleaned up on its way out
         print("gpuconsole: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `… | head`: the reader has seen enough, which is no error
-        # what is still buffered goes nowhere, so the interpreter's last flush cannot raise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 if __name__ == "__main__":

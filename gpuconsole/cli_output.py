@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 from gpuconsole.model import Finding, HostSnapshot
 from gpuconsole.summary import short_model
+from gpuconsole.untrusted import visible
 
 _BADGES = {0: "info", 1: "WARN", 2: "CRIT"}
 
 
 def _value(value: float | None, fmt: str, unit: str = "") -> str:
     return "N/A" if value is None else f"{value:{fmt}}{unit}"
+
+
+def shown_path(path: Path | str) -> str:
+    """A file's name as one line to print: whoever named the file (a dump a ticket brought)
+    chose it, so line breaks and control characters are made visible (`visible`), and bytes
+    that are not UTF-8 show as ``\\xNN`` (printed raw, a byte such as 0x9b is an escape
+    sequence to a terminal that takes 8-bit controls)."""
+    return visible(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 def snapshot_text(snapshot: HostSnapshot) -> str:

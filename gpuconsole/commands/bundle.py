@@ -71,15 +71,21 @@ def run(args: argparse.Namespace) -> int:
 
     from gpuconsole.actions.bundle.archive import BundleError
     from gpuconsole.actions.bundle.make import make_bundle
+    from gpuconsole.cli_output import shown_path
     from gpuconsole.record.schema import RecordingError
+    from gpuconsole.untrusted import visible
 
     try:
         inputs, target = _inputs(args)
         result = asyncio.run(make_bundle(inputs, target, args.output))
     except (BundleError, RecordingError) as error:
-        return fail(str(error), EXIT_UNREADABLE)
+        return fail(visible(str(error)), EXIT_UNREADABLE)
     except _BadInput as error:
-        return fail(str(error), EXIT_BAD_INPUT)
+        return fail(visible(str(error)), EXIT_BAD_INPUT)
+    except OSError as error:  # a folder on the way to -o that cannot be entered, say
+        if error.filename is None:
+            raise
+        return fail(f"{shown_path(error.filename)}: {error.strerror or error}", EXIT_UNREADABLE)
     if args.json:
         data = {"path": str(result.path), "files": list(result.files), "notes": list(result.notes)}
         print(json.dumps(data, indent=2))
@@ -198,6 +204,8 @@ def _read_now(target: Target) -> tuple[list[HostSnapshot], tuple[str, ...]]:
 
 
 def _text(result: BundleResult) -> str:
-    lines = [f"bundle written: {result.path}"]
+    from gpuconsole.cli_output import shown_path
+
+    lines = [f"bundle written: {shown_path(result.path)}"]
     lines += [f"  not collected: {note}" for note in result.notes]
     return "\n".join(lines)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from gpuconsole.untrusted import visible
+
 EXIT_BAD_INPUT = 2
 """A bad option, host, group, time or alert rule."""
 EXIT_UNREADABLE = 3
@@ -24,8 +26,9 @@ class Refused(Exception):
 
 
 def fail(message: str, code: int = EXIT_UNREADABLE) -> int:
-    """Print ``message`` as gpuconsole's one line on stderr; return ``code``."""
-    print(f"gpuconsole: {message}", file=sys.stderr)
+    """Print ``message`` as gpuconsole's one line on stderr (a newline or control character it
+    quotes from outside made visible); return ``code``."""
+    print(f"gpuconsole: {visible(message)}", file=sys.stderr)
     return code
 
 
@@ -33,4 +36,4 @@ def say(line: str) -> None:
     """A line of news on stderr, where a daemon's log takes it (the recorder and the exporter:
     what they serve or record, and, from a sending thread, when alerts stop and start reaching
     Alertmanager)."""
-    print(f"gpuconsole: {line}", file=sys.stderr, flush=True)
+    print(f"gpuconsole: {visible(line)}", file=sys.stderr, flush=True)

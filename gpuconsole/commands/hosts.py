@@ -6,6 +6,7 @@ import argparse
 import json
 
 from gpuconsole.commands import Subcommands
+from gpuconsole.commands.exits import EXIT_BAD_INPUT, Refused
 from gpuconsole.commands.options import add_inventory_options
 from gpuconsole.commands.sources import required_inventory
 
@@ -24,9 +25,12 @@ def add(commands: Subcommands) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from gpuconsole.hosts.check import check_hosts, exit_code, results_text
+    from gpuconsole.hosts.check import TooManyHosts, check_hosts, exit_code, results_text
 
-    results = check_hosts(required_inventory(args, "hosts check"))
+    try:
+        results = check_hosts(required_inventory(args, "hosts check"))
+    except TooManyHosts as error:
+        raise Refused(str(error), EXIT_BAD_INPUT) from None
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     else:

@@ -49,22 +49,25 @@ def add(commands: Subcommands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The console on the recording, or (--list) its timeline as text or JSON."""
+    from gpuconsole.cli_output import shown_path
     from gpuconsole.record.reader import Recording
     from gpuconsole.record.schema import RecordingError
     from gpuconsole.record.when import resolve_moment
+    from gpuconsole.untrusted import visible
 
     theme = theme_of(args)
     try:
         recording = Recording(args.file, skip_damaged=True)
     except RecordingError as error:
-        return fail(str(error), EXIT_UNREADABLE)
+        return fail(visible(str(error)), EXIT_UNREADABLE)
+    shown = shown_path(args.file)
     try:
         if recording.start is None or recording.end is None:
-            return fail(f"{args.file}: the recording holds no readings yet", EXIT_UNREADABLE)
+            return fail(f"{shown}: the recording holds no readings yet", EXIT_UNREADABLE)
         if args.host is not None and args.host not in recording.hosts:
             known = ", ".join(recording.hosts[:8]) + (" …" if len(recording.hosts) > 8 else "")
             return fail(
-                f"{args.file}: no host {args.host!r} in this recording (hosts: {known})",
+                f"{shown}: no host {args.host!r} in this recording (hosts: {known})",
                 EXIT_BAD_INPUT,
             )
         at = None
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         ReplayApp(recording, at=at, host=args.host, theme=theme, alert_rules=rules).run()
         return 0
     except RecordingError as error:
-        return fail(str(error), EXIT_UNREADABLE)
+        return fail(visible(str(error)), EXIT_UNREADABLE)
     finally:
         recording.close()
 
@@ -94,6 +97,7 @@ def _list(recording: Recording, at: float | None, host: str | None, as_json: boo
     checked around ``at``, or everywhere in a recording of at most `MAX_LIST_CHECKED_ROWS`
     readings (a line says when they were not).
     """
+    from gpuconsole.cli_output import shown_path
     from gpuconsole.record.when import stamp
 
     start = None if at is None else at - LIST_WINDOW_S
@@ -121,7 +125,7 @@ def _list(recording: Recording, at: float | None, host: str | None, as_json: boo
         return _damaged(recording, damage)
     assert recording.start is not None and recording.end is not None
     print(
-        f"{recording.path}: {len(recording.hosts)} hosts, {stamp(recording.start)} to "
+        f"{shown_path(recording.path)}: {len(recording.hosts)} hosts, {stamp(recording.start)} to "
         f"{stamp(recording.end)}"
     )
     if at is not None:
@@ -147,8 +151,10 @@ def _damaged(recording: Recording, damage: Sequence[Damage]) -> int:
     """The exit code of a list: EXIT_UNREADABLE (and a line saying so) when damage was found."""
     if not damage:
         return 0
+    from gpuconsole.cli_output import shown_path
+
     count = f"{len(damage)} damaged part{'s' if len(damage) != 1 else ''}"
-    return fail(f"{recording.path}: {count}, listed with the rest", EXIT_UNREADABLE)
+    return fail(f"{shown_path(recording.path)}: {count}, listed with the rest", EXIT_UNREADABLE)
 
 
 def _damage_dict(damage: Damage) -> dict[str, Any]:

@@ -26,17 +26,19 @@ def add(commands: Subcommands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuconsole import health
-    from gpuconsole.cli_output import findings_text
+    from gpuconsole.cli_output import findings_text, shown_path
     from gpuconsole.jsonout import exit_code, finding_dict
     from gpuconsole.telemetry.smi import SmiParseError, parse_dump, read_dump
+    from gpuconsole.untrusted import visible
 
     path: Path = args.dump
+    shown = shown_path(path)  # the file's name is whatever its sender chose: one line, always
     try:
-        snapshot = parse_dump(read_dump(path), host=path.stem, time=time.time())
+        snapshot = parse_dump(read_dump(path), host=shown_path(path.stem), time=time.time())
     except OSError as error:
-        return fail(f"{path}: {error.strerror or error}")
+        return fail(f"{shown}: {error.strerror or error}")
     except SmiParseError as error:
-        return fail(f"{path}: {error}")
+        return fail(f"{shown}: {visible(str(error))}")
     findings = health.evaluate(snapshot)
     if args.json:
         print(
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(f"{path}: {len(snapshot.gpus)} GPUs, driver {snapshot.driver_version or 'N/A'}")
+        print(f"{shown}: {len(snapshot.gpus)} GPUs, driver {snapshot.driver_version or 'N/A'}")
         if snapshot.attached_gpus:
             print(_partial_note(snapshot))
         print(findings_text(findings))

@@ -18,6 +18,7 @@ row is damaged raises `DamagedReading` either way: there is no reading to give.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -174,6 +175,18 @@ class DamagedReading(RecordingError):
         self.damage = damage
 
 
+def _open(path: Path) -> tuple[sqlite3.Connection, dict[str, str]]:
+    """`schema.open_for_reading`, where a file that cannot be read is said to be one, with the
+    reason (not called "not a gpuconsole recording"), as is a folder on its way that cannot be
+    entered."""
+    try:
+        if path.is_file():  # only a file: opening a FIFO would wait for a writer
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        return schema.open_for_reading(path)
+    except OSError as error:
+        raise RecordingError(f"{path}: cannot read: {error.strerror or error}") from None
+
+
 class Recording:
     """An open recording, read-only. `RecordingError` (one line naming the file) when it is not
     one; see the module's docstring for damaged parts and ``skip_damaged``."""
@@ -182,7 +195,7 @@ class Recording:
         self.path = path
         self.skip_damaged = skip_damaged
         self.damage = DamageLog()
-        self._db, meta = schema.open_for_reading(path)
+        self._db, meta = _open(path)
         self.label = visible(meta.get("label", ""), MAX_NAME_CHARS)
         self._lock = threading.Lock()
         self._keyframes: OrderedDict[tuple[int, int], HostSnapshot] = OrderedDict()
