@@ -15,6 +15,7 @@ from types import FrameType
 from gpuconsole.commands import Subcommands
 from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail, say
 from gpuconsole.commands.options import (
+    MAX_SECONDS,
     add_alertmanager_option,
     add_demo_options,
     add_generation_option,
@@ -81,8 +82,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         return fail(f"--port {args.port}: not a port number", EXIT_BAD_INPUT)
-    if not args.refresh > 0:
-        return fail(f"--refresh {args.refresh}: not a positive number of seconds", EXIT_BAD_INPUT)
+    if not 0 < args.refresh <= MAX_SECONDS:
+        return fail(
+            f"--refresh {args.refresh}: not a number of seconds above 0 and at most "
+            f"{MAX_SECONDS:.0f} (a hundred years)",
+            EXIT_BAD_INPUT,
+        )
     if args.alerts is not None and not args.alertmanager:
         return fail(
             "--alerts: the exporter evaluates alert rules only to send their alerts to "

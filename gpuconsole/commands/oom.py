@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     except OomParseError as error:
         return fail(f"{name}: {error}")
     processes = ()
-    if args.host or args.here or args.demo:
-        processes = snapshot_of(args).processes
+    if args.host or args.here or args.demo or args.hosts is not None or args.inventory is not None:
+        processes = snapshot_of(args).processes  # which refuses an inventory no host is read of
     diagnosis = diagnose(message, processes)
     if args.json:
         print(json.dumps(diagnosis_dict(diagnosis), indent=2))

@@ -18,6 +18,11 @@ MAX_DEMO_HOSTS = 512
 store and takes about 0.1 s of CPU to start (512: about 480 MB, and a polling round that a
 signal's stop waits for stays well under a second)."""
 
+MAX_SECONDS = 36500 * 86400.0
+"""The longest time an option takes (a refresh, a retention, a duration): 36500d, a hundred
+years. Longer ones mean nothing more, and would overflow a recording's times (64-bit
+milliseconds) and the waits between readings (`threading.TIMEOUT_MAX`, about 292 years)."""
+
 
 def add_inventory_options(parser: argparse.ArgumentParser) -> None:
     """``--hosts`` and ``--inventory``: which SSH hosts (see `sources.inventory`)."""
@@ -83,9 +88,12 @@ def add_demo_options(parser: argparse.ArgumentParser) -> None:
         type=_demo_hosts,
         default=6,
         metavar="N",
-        help=f"how many simulated hosts the demo rack has (default: 6, at most {MAX_DEMO_HOSTS})",
+        help=f"how many simulated hosts the demo rack has (default: 6, at most {MAX_DEMO_HOSTS}; "
+        "means --demo)",
     )
-    parser.add_argument("--seed", type=int, default=7, help="seed of the simulated rack")
+    parser.add_argument(
+        "--seed", type=int, default=7, help="seed of the simulated rack (means --demo)"
+    )
 
 
 def _demo_hosts(text: str) -> int:

@@ -14,6 +14,7 @@ from gpuconsole import paths
 from gpuconsole.commands import Subcommands
 from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail, say
 from gpuconsole.commands.options import (
+    MAX_SECONDS,
     add_alertmanager_option,
     add_demo_options,
     add_inventory_options,
@@ -27,9 +28,14 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 def _duration(text: str) -> float:
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+    if seconds > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is longer than {MAX_SECONDS / 86400:.0f}d (a hundred years)"
+        )
+    return seconds
 
 
 def add(commands: Subcommands) -> None:

@@ -16,7 +16,10 @@ def add(commands: Subcommands) -> None:
     )
     snapshot.add_argument("--json", action="store_true", help="print JSON instead of text")
     snapshot.add_argument(
-        "--host", metavar="NAME", help="read this inventory host over SSH instead of this host"
+        "--host",
+        metavar="NAME",
+        help="read this inventory host over SSH instead of this host (with --demo: this host "
+        "of the demo rack instead of its first)",
     )
     add_demo_options(snapshot)
     add_inventory_options(snapshot)

@@ -67,15 +67,31 @@ def required_inventory(args: argparse.Namespace, subject: str) -> Inventory:
 
 def targets(args: argparse.Namespace, names: Sequence[str], every: bool = False) -> list[Target]:
     """The hosts to act on that ``names`` mean (see `resolve_targets`); an unknown one is
-    refused."""
+    refused, and so are --hosts and --inventory where only this machine is meant (no name, or
+    ``local``): the inventory they give would not be read."""
     from gpuconsole.hosts.targets import UnknownHost, resolve_targets
 
+    asked: list[str | None] = []
+
+    def inventory_for(name: str | None) -> Inventory:
+        asked.append(name)
+        return required_inventory(args, name or "--all")
+
     try:
-        return resolve_targets(
-            names, lambda name: required_inventory(args, name or "--all"), every=every
-        )
+        found = resolve_targets(names, inventory_for, every=every)
     except UnknownHost as error:
         raise Refused(str(error), code=EXIT_BAD_INPUT) from None
+    if not asked:
+        _refuse_unread_inventory(args, "no host of it is named, so this acts on this machine")
+    return found
+
+
+def _refuse_unread_inventory(args: argparse.Namespace, why: str) -> None:
+    """For a command that reads or acts on this machine only: `Refused` where --hosts or
+    --inventory was given, an inventory it would not read (``why`` says so)."""
+    for given, flag in ((args.hosts, "--hosts"), (args.inventory, "--inventory")):
+        if given is not None:
+            raise Refused(f"{flag} does not apply: {why}", code=EXIT_BAD_INPUT)
 
 
 def console_source(args: argparse.Namespace) -> tuple[Source, str]:
@@ -146,14 +162,25 @@ def read_now(entry: HostEntry | None) -> HostSnapshot:
 
 
 def snapshot_of(args: argparse.Namespace) -> HostSnapshot:
-    """One reading: of the demo, of an inventory host over SSH (--host), or of this host."""
+    """One reading: of a host of the demo rack (--host, else its first), of an inventory host
+    over SSH (--host), or of this host."""
     from gpuconsole.telemetry import SourceError
 
-    if args.host is None:
+    if args.demo:
+        demo = demo_source(args)
+        host = demo.hosts[0] if args.host is None else args.host
+        if host not in demo.hosts:
+            raise Refused(
+                f"--host {host!r}: no such host in the demo rack (hosts: {', '.join(demo.hosts)})",
+                code=EXIT_BAD_INPUT,
+            )
         try:
-            if args.demo:
-                demo = demo_source(args)
-                return demo.read(demo.hosts[0])
+            return demo.read(host)
+        except SourceError as error:
+            raise Refused(f"cannot read {host}: {error}") from None
+    if args.host is None:
+        _refuse_unread_inventory(args, "without --host, this reads this machine")
+        try:
             return read_now(None)
         except SourceError as error:
             raise Refused(
