@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from gpuconsole import paths
-from gpuconsole.commands.exits import Refused
+from gpuconsole.commands.exits import EXIT_BAD_INPUT, Refused
 from gpuconsole.commands.options import (
     add_alertmanager_option,
     add_demo_options,
@@ -79,10 +80,14 @@ def run(args: argparse.Namespace) -> int:
     delivery = alertmanager_settings(args, config.alertmanager)
     source, label = console_source(args)
     try:
+        refuse_without_terminal()
         recorder = console_recorder(args, label)
     except RecordingError as error:
         close_source(source)
         raise Refused(str(error)) from None
+    except Refused:
+        close_source(source)
+        raise
     # The alerts screen says when alerts are not delivered: nothing is printed under the UI.
     alertmanager = None if delivery is None else AlertmanagerSender(delivery, interval=args.refresh)
     app = GpuConsoleApp(
@@ -102,7 +107,37 @@ def run(args: argparse.Namespace) -> int:
         if recorder is not None:
             recorder.close()
         close_source(source)
-    return 0
+    return app.return_code or 0  # 128 + the signal's number when SIGTERM or SIGHUP stopped it
+
+
+def refuse_without_terminal() -> None:
+    """`Refused` unless the console has a terminal to draw on: standard input (its keys),
+    output and error (where Textual draws) each a terminal, one that takes escape sequences.
+
+    Checked after the options and the source, so that what is wrong with what was asked is said
+    first; without a terminal, the console would write escape sequences into a file or pipe and
+    wait for keys that never come."""
+    streams = {"input": sys.stdin, "output": sys.stdout, "error": sys.stderr}
+    missing = [name for name, stream in streams.items() if not _is_terminal(stream)]
+    if missing:
+        which = " and ".join(missing)
+        why = f"standard {which} {'is' if len(missing) == 1 else 'are'} not a terminal"
+    elif os.environ.get("TERM") == "dumb":
+        why = "TERM=dumb takes no escape sequences"
+    else:
+        return
+    raise Refused(
+        f"the console needs a terminal ({why}); without one, `gpuconsole snapshot --json` reads "
+        "once and `gpuconsole record` records",
+        code=EXIT_BAD_INPUT,
+    )
+
+
+def _is_terminal(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except ValueError:  # closed
+        return False
 
 
 def console_recorder(args: argparse.Namespace, label: str) -> Recorder | None:
