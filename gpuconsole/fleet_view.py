@@ -18,6 +18,7 @@ _STATE_BADNESS = {
     HostState.HOST_KEY_REVOKED: 5,
     HostState.HOST_KEY_UNKNOWN: 4,
     HostState.NO_DRIVER: 4,
+    HostState.AGENT_ERROR: 4,
     HostState.AUTH_FAILED: 4,
     HostState.REFUSED: 4,
     HostState.DOWN: 4,
@@ -79,6 +80,7 @@ STATE_WORDS = {
     HostState.HOST_KEY_REVOKED: "rvkd",
     HostState.REFUSED: "rfsd",
     HostState.NO_DRIVER: "nodrv",
+    HostState.AGENT_ERROR: "agerr",
 }
 """The short words the fleet's State column shows for these states, which the filter knows
 as well."""

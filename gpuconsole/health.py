@@ -74,6 +74,7 @@ RULES: dict[str, str] = {
     "host-key-revoked": "the host's SSH key, or its certificate's CA, is marked @revoked",
     "host-ssh-refused": "the host's ssh config asks for what the console does not do",
     "host-no-driver": "the console logs in, but the host's GPUs cannot be read",
+    "host-agent-error": "the console logs in, but the agent's lines cannot be read",
     "bad-value-from-host": "the host sent values no GPU can report; they show as N/A",
 }
 
@@ -158,6 +159,13 @@ _HOST_STATES: dict[HostState, tuple[Severity, str, str, str]] = {
         "host-no-driver",
         "logged in, but no GPU can be read",
         "gpuconsole verify {host} says what is missing; gpuconsole repair {host} mends a driver",
+    ),
+    HostState.AGENT_ERROR: (
+        Severity.CRITICAL,
+        "host-agent-error",
+        "logged in, but the agent's lines cannot be read",
+        "something on {host} answers in the agent's place (a ForceCommand, a command= key "
+        "option, a python3 that is not Python): the reason quotes its first line",
     ),
 }
 

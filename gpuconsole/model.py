@@ -43,6 +43,9 @@ class HostState(str, Enum):
     on), or ssh itself refuses that config: the reason names the keyword, file and line."""
     NO_DRIVER = "no-driver"
     """Logged in, but the agent cannot read GPUs (no driver, no nvidia-smi): it says why."""
+    AGENT_ERROR = "agent-error"
+    """Logged in, but no line the agent sent could be read for the connect timeout (another
+    protocol version, garbage in its place): the reason is the first such line's."""
 
 
 # Clock-event ("throttle") reasons, in NVML's terms, spelled as stable kebab-case codes.

@@ -491,6 +491,7 @@ def test_live_and_connecting_hosts_have_no_finding(state: HostState) -> None:
         (HostState.AUTH_FAILED, "host-auth-failed", Severity.CRITICAL),
         (HostState.HOST_KEY_MISMATCH, "host-key-mismatch", Severity.CRITICAL),
         (HostState.REFUSED, "host-ssh-refused", Severity.CRITICAL),
+        (HostState.AGENT_ERROR, "host-agent-error", Severity.CRITICAL),
     ],
 )
 def test_host_state_findings(state: HostState, code: str, severity: Severity) -> None:

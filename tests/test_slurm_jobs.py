@@ -364,9 +364,14 @@ def test_a_process_with_an_impossible_job_id_has_no_job(stream: AgentStream) -> 
     assert event.snapshot.processes[0].job is None and event.snapshot.bad_values == 1
 
 
-def test_a_job_id_of_the_wrong_type_is_malformed_like_any_field(stream: AgentStream) -> None:
-    assert greeted(stream).feed(reading(processes=[nvml_process(slurm_job="4242")])) is None
-    assert stream.malformed == 1 and "slurm_job is '4242'" in (stream.last_malformed or "")
+def test_a_job_id_of_the_wrong_type_is_na_for_that_process_alone(stream: AgentStream) -> None:
+    """As any other value of the wrong type: the process keeps its row, its job is N/A, and
+    the reading says which value was bad."""
+    event = greeted(stream).feed(reading(processes=[nvml_process(slurm_job="4242")]))
+    assert isinstance(event, Reading) and stream.malformed == 0
+    assert event.snapshot.processes[0].job is None
+    assert event.snapshot.bad_values == 1
+    assert "slurm_job" in event.snapshot.bad_value_notes[0]
 
 
 def test_job_texts_are_made_visible_and_cut(stream: AgentStream) -> None:

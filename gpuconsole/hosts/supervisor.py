@@ -9,6 +9,11 @@ and a refused login are not retried: each needs a person, and the console tries 
 restarted. An unknown host key is retried with the same backoff, so the console connects once
 someone has added the key. A host that lets the console log in but whose agent cannot read GPUs
 (no driver, no nvidia-smi) is `no-driver`, with the agent's words, until a reading comes.
+One whose agent's lines cannot be read (another protocol version, garbage in its place) is
+`agent-error` with the first such line's reason, once no tick's line (a reading, or the agent's
+word why there is none) could be read for the host's connect timeout since that line. Nothing is
+restarted for it: the agent runs on and its lines are read, so a passing garbage line mends itself
+with the next reading, while a wrong version, which no restart would mend, stays `agent-error`.
 
 The supervisor keeps, per host, the newest reading not yet taken: `take` hands it to the fleet
 store once, so that a tick without a new reading counts as a miss there (stale after 3).
@@ -87,6 +92,8 @@ class HostLink:
     """The agent's reason for the last tick without a reading, until the next reading."""
     hello: Hello | None = None
     malformed: int = 0
+    unreadable: str | None = None
+    """The reason of the first line that could not be read since a tick's line last could."""
     agent_starts: int = 0
     connects: int = 0
     notices: list[str] = field(default_factory=list)
@@ -272,6 +279,7 @@ class Supervisor:
                 continue
             attempt = 0
             link.connects += 1
+            link.unreadable = None
             if link.state is not HostState.LIVE:
                 self._set(link, HostState.CONNECTING, f"{link.name}: connected, starting the agent")
             link.connection = connection
@@ -303,7 +311,9 @@ class Supervisor:
             failures = 0 if produced else failures + 1
             with self._lock:
                 link.last_error = f"{link.name}: agent {exit_reason}; restarting it"
-                if link.state is not HostState.LIVE:  # it never read a GPU on this connection
+                if link.state is not HostState.LIVE and link.unreadable is not None:
+                    link.state, link.reason = HostState.AGENT_ERROR, link.unreadable
+                elif link.state is not HostState.LIVE:  # it never read a GPU on this connection
                     link.state = HostState.NO_DRIVER
                     link.reason = f"{link.name}: logged in, but the agent {exit_reason}"
             await asyncio.sleep(self._backoff.delay(failures) if failures else 0.0)
@@ -319,6 +329,7 @@ class Supervisor:
         stream = AgentStream(link.name, self._clock)
         link.process = process
         produced = False
+        unread: asyncio.TimerHandle | None = None
         # A host's first line can be slow (a busy host, a heavy login shell); past that, a
         # silent agent is stuck and is restarted.
         silence = AGENT_START_TIMEOUT_S
@@ -331,10 +342,18 @@ class Supervisor:
                 if not line:
                     break
                 silence = max(self._silence_ticks * self._interval, 10.0)
+                malformed = stream.malformed
                 event = stream.feed(line.decode("utf-8", "replace"))
                 link.malformed = stream.malformed
+                if stream.malformed > malformed and unread is None:
+                    unread = self._unreadable(link, stream.last_malformed)
+                if isinstance(event, Reading | AgentError) and unread is not None:
+                    unread.cancel()
+                    unread = None
                 produced = self._handle(link, event) or produced
         finally:
+            if unread is not None:
+                unread.cancel()
             link.process = None
             link.hello = None
             for answer in link.replies.values():
@@ -343,8 +362,23 @@ class Supervisor:
             process.close()
         return await _exit_reason(process), produced
 
+    def _unreadable(self, link: HostLink, why: str | None) -> asyncio.TimerHandle:
+        """A line of the agent could not be read: unless a tick's line can be read within the
+        connect timeout (two ticks, where a tick is longer than half of it), the host is
+        `agent-error` with the first such line's reason."""
+        if link.unreadable is None:
+            link.unreadable = visible(
+                f"{link.name}: the agent's first unreadable line: {why}", MAX_REASON_CHARS
+            )
+        wait = max(link.entry.connect_timeout, 2 * self._interval)
+        return asyncio.get_running_loop().call_later(
+            wait, self._set, link, HostState.AGENT_ERROR, link.unreadable
+        )
+
     def _handle(self, link: HostLink, event: Event | None) -> bool:
         """Apply one event; True for a reading."""
+        if isinstance(event, Reading | AgentError):
+            link.unreadable = None
         if isinstance(event, Reading):
             with self._lock:
                 link.pending = link.latest = event.snapshot

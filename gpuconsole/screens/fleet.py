@@ -77,6 +77,7 @@ _STATE_STYLE = {
     HostState.HOST_KEY_REVOKED: "severity-critical",
     HostState.REFUSED: "severity-critical",
     HostState.NO_DRIVER: "severity-critical",
+    HostState.AGENT_ERROR: "severity-critical",
 }
 
 

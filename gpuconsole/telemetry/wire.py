@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import shlex
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -63,6 +64,7 @@ DEFAULT_SMI_TIMEOUT_S = 5.0
 _AGENT_PATH = Path(__file__).with_name("agent.py")
 _AGENT_MODES = {"nvml", "smi", "sim"}
 _EXCERPT = 80
+_FLOAT_MAX = sys.float_info.max
 
 
 def agent_script() -> bytes:
@@ -177,6 +179,12 @@ class _Malformed(ValueError):
     """A line that does not follow the protocol; the message says how."""
 
 
+def _shown(value: object) -> str:
+    """A value from the host as a reason quotes it: at most 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class _Fields:
     """One JSON object's fields, each read with its type checked; ``where`` names the object in
     the reasons given."""
@@ -194,8 +202,7 @@ class _Fields:
         return value
 
     def _wrong(self, key: str, value: object, meaning: str) -> _Malformed:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        return _Malformed(f"{self._where} {key} is {shown}, not {meaning}")
+        return _Malformed(f"{self._where} {key} is {_shown(value)}, not {meaning}")
 
     def number(self, key: str, required: bool = False) -> float | None:
         value = self._get(key, required)
@@ -203,6 +210,8 @@ class _Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._wrong(key, value, "a number")
+        if isinstance(value, int) and not -_FLOAT_MAX <= value <= _FLOAT_MAX:
+            raise self._wrong(key, value, "a finite number")  # float() would overflow
         if not math.isfinite(value):
             raise self._wrong(key, value, "a finite number")
         return float(value)
@@ -315,7 +324,9 @@ class AgentStream:
         line = _Fields(data, "the line")
         version = line.required_integer("v")
         if version != PROTOCOL_VERSION:
-            raise _Malformed(f"protocol version {version}, not {PROTOCOL_VERSION}")
+            raise _Malformed(
+                f"protocol version {_shown(version)}, not {PROTOCOL_VERSION} (the console's)"
+            )
         kind = line.required_text("type")
         if kind == "hello":
             return self._hello_of(line)
@@ -528,8 +539,9 @@ _T = TypeVar("_T")
 
 
 def _added(notes: list[str], read: Callable[[], _T]) -> _T | None:
-    """What ``read`` decodes of an addition to a reading (owners, loads, the node), or None
-    with a note of why where it cannot: an addition costs only itself, never the reading."""
+    """What ``read`` decodes of one value of a reading (a GPU's field, a process's, its owners,
+    the node), or None with a note of why where it cannot: a value costs only itself, never the
+    reading."""
     try:
         return read()
     except _Malformed as error:
@@ -600,9 +612,9 @@ def _owned(process: _Fields, jobs: _Jobs, notes: list[str]) -> dict[str, Any]:
     """What a process entry says of whose work it is, and since when: its job, pod and
     container name, and its start in seconds since the epoch (``start_time``, in clock ticks
     since boot, is only checked: older consoles read it)."""
-    process.integer("start_time")
+    _added(notes, lambda: process.integer("start_time"))
     return {
-        "job": jobs.of(process),
+        "job": _added(notes, lambda: jobs.of(process)),
         "pod": _added(notes, lambda: _pod(process.fields("pod"))),
         "container_name": _added(notes, lambda: process.text("container_name") or None),
         "started": _added(notes, lambda: process.number("started")),
@@ -610,16 +622,17 @@ def _owned(process: _Fields, jobs: _Jobs, notes: list[str]) -> dict[str, Any]:
 
 
 def _process(process: _Fields, jobs: _Jobs, notes: list[str]) -> GpuProcess:
-    """An nvml- or sim-mode process entry."""
+    """An nvml- or sim-mode process entry: its pid and GPU place it (without them the reading
+    is malformed); any other value that is not what the protocol says is N/A alone, noted."""
     return GpuProcess(
         pid=process.required_integer("pid"),
         gpu=process.required_integer("gpu"),
-        used_memory_mib=process.number("used_memory_mib"),
-        user=process.text("user"),
-        command=process.text("command"),
-        kind=process.text("kind") or "compute",
-        container=_container(process),
-        mig_instance=process.integer("mig_instance"),
+        used_memory_mib=_added(notes, lambda: process.number("used_memory_mib")),
+        user=_added(notes, lambda: process.text("user")),
+        command=_added(notes, lambda: process.text("command")),
+        kind=_added(notes, lambda: process.text("kind")) or "compute",
+        container=_added(notes, lambda: _container(process)),
+        mig_instance=_added(notes, lambda: process.integer("mig_instance")),
         load=_added(notes, lambda: _load(process.fields("load"))),
         **_owned(process, jobs, notes),
     )
@@ -639,16 +652,20 @@ def _smi_reading(
         )
     except (SmiParseError, csv.Error) as error:
         raise _Malformed(f"unreadable nvidia-smi CSV ({error})") from None
-    by_pid = {extra.required_integer("pid"): extra for extra in extras}
+    by_pid: dict[int, _Fields] = {}
+    for extra in extras:  # one whose pid cannot be read joins no process: nvidia-smi's stay
+        pid = _added(notes, lambda extra=extra: extra.required_integer("pid"))
+        if pid is not None:
+            by_pid[pid] = extra
     processes = []
     for app in apps:
         extra = by_pid.get(app.pid)
         if extra is not None:
             app = replace(
                 app,
-                user=extra.text("user"),
-                command=extra.text("command") or app.command,
-                container=_container(extra),
+                user=_added(notes, lambda extra=extra: extra.text("user")),
+                command=_added(notes, lambda extra=extra: extra.text("command")) or app.command,
+                container=_added(notes, lambda extra=extra: _container(extra)),
                 **_owned(extra, jobs, notes),
             )
         processes.append(app)
