@@ -7,7 +7,9 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import leftovers
 import pytest
+from leftovers import end_processes_of
 from slurm import Slurm, running, slurm_available
 from sshd import Sshd
 from standin import write_standin_smi
@@ -18,6 +20,12 @@ from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 
 EPOCH = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 NOW = EPOCH + 900.0  # fifteen minutes into the simulation: jobs running, faults on
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # the session-wide check that no process the tests started outlives the run
+    if not config.pluginmanager.has_plugin("leftovers"):
+        config.pluginmanager.register(leftovers, "leftovers")
 
 
 @pytest.fixture(autouse=True)
@@ -52,13 +60,16 @@ def make_app(rack: SimRack, clock: ManualClock) -> Callable[..., GpuConsoleApp]:
 
 
 @pytest.fixture
-def standin(tmp_path: Path) -> tuple[Path, Path]:
-    """A stand-in nvidia-smi directory, and the flag file that makes it hang."""
+def standin(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A stand-in nvidia-smi directory, and the flag file that makes it hang. Afterwards no
+    stand-in hangs on, and none of its tools runs (over ssh, their parents may be gone)."""
     directory = tmp_path / "remote-bin"
     directory.mkdir()
     hang = tmp_path / "hang"
     write_standin_smi(directory, gpus=8, hang_flag=hang)
-    return directory, hang
+    yield directory, hang
+    hang.unlink(missing_ok=True)
+    end_processes_of(directory)
 
 
 @pytest.fixture
@@ -71,7 +82,7 @@ def sshd(tmp_path: Path, standin: tuple[Path, Path]) -> Iterator[Sshd]:
 
 
 @pytest.fixture
-def cpu_torch_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def cpu_torch_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """This machine as a GPU host for recipe runs on its CPU: a stand-in nvidia-smi naming one
     GPU, and the venv's python3 (the one with torch) first on PATH."""
     pytest.importorskip("torch")
@@ -80,6 +91,8 @@ def cpu_torch_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_standin_smi(bin_dir, gpus=1)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    yield
+    end_processes_of(bin_dir)  # the stand-in, and any run the test started that still runs
 
 
 @pytest.fixture

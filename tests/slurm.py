@@ -19,9 +19,13 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import psutil
+from leftovers import end, end_processes_of, processes_of, watch
 from sshd import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+WAIT_S = 30.0
+"""The longest a stop waits for the jobs to end, and for each daemon to exit."""
 CLIENTS = ("sbatch", "scontrol", "sinfo", "squeue", "scancel")
 _SBIN = ("/usr/sbin", "/usr/bin")
 
@@ -42,6 +46,8 @@ class Slurm:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        # for the session check: its slurmstepd have neither the run's mark nor pytest above
+        watch(directory)
         self.node = socket.gethostname().split(".")[0]
         self.conf = directory / "slurm.conf"
         self._pids: list[Path] = []
@@ -148,12 +154,50 @@ class Slurm:
         return job
 
     def stop(self) -> None:
-        self.run("scancel", "--user=root", check=False)
-        for pid_file in reversed(self._pids):
-            try:
-                os.kill(int(pid_file.read_text().split()[0]), 15)
-            except (OSError, ValueError):
-                continue
+        """Cancel every job and wait until it has ended, stop the daemons (slurmd, slurmctld,
+        munged), each waited for, then end whatever of this cluster still runs. A slurmstepd is
+        not slurmd's to stop: one whose slurmctld is gone before its job ends is left to init
+        and runs on for ever, with its job's processes."""
+        try:
+            self._cancel_jobs()
+        finally:
+            for pid_file in reversed(self._pids):
+                self._stop_daemon(pid_file)
+            # job steps, their slurmstepd (working in this directory) and any job process
+            # (SLURM_CONF names this directory), all reparented to init by now
+            end_processes_of(self.directory)
+
+    def _cancel_jobs(self) -> None:
+        if not self._daemon_process(self.directory / "slurmctld.pid"):
+            return
+        try:
+            jobs = self.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+            if jobs:
+                self.run("scancel", *jobs, check=False)
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                if not self.run("squeue", "-h", "-o", "%i", check=False).stdout.split() and not [
+                    p for p in processes_of([self.directory]) if p.name() == "slurmstepd"
+                ]:
+                    return
+                time.sleep(0.2)
+        except (subprocess.SubprocessError, OSError, psutil.Error):
+            return  # what is left is ended below, with the daemons gone
+
+    def _daemon_process(self, pid_file: Path) -> psutil.Process | None:
+        """The daemon whose pid ``pid_file`` holds, if it runs and is this cluster's (a pid
+        reused by another process is not)."""
+        try:
+            process = psutil.Process(int(pid_file.read_text().split()[0]))
+        except (OSError, ValueError, IndexError, psutil.Error):
+            return None
+        mine = {p.pid for p in processes_of([self.directory])}
+        return process if process.pid in mine else None
+
+    def _stop_daemon(self, pid_file: Path) -> None:
+        process = self._daemon_process(pid_file)
+        if process is not None:
+            end([process], timeout=WAIT_S / 2)
 
 
 def running() -> Iterator[Slurm]:

@@ -10,6 +10,7 @@ key and the known_hosts file; `settings()` gives the same without a config file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pwd
 import shutil
@@ -21,10 +22,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
+from leftovers import end
 
 from gpuconsole.hosts.ssh import SshSettings
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+SESSION_MARK = "GPUCONSOLE_TEST_SSHD"
+"""Set in every session of an `Sshd` to its directory."""
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
 
@@ -87,8 +91,9 @@ class Sshd:
             "MaxSessions": "20",
         }
         lines = [f"{key} {value}" for key, value in settings.items()]
-        if env:
-            lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
+        # every session carries the server's mark: `kill` finds what a session left running
+        env = {**(env or {}), SESSION_MARK: str(directory)}
+        lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
         self.config.write_text("\n".join(lines) + "\n")
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -144,22 +149,35 @@ class Sshd:
         raise RuntimeError(f"sshd did not listen on port {self.port} within 10 s")
 
     def kill(self) -> None:
-        """Kill the listener and every session it forked: every connection drops at once."""
+        """Kill the listener and every session it forked: every connection drops at once. Then
+        end what the sessions started (TERM first: a shell's exit traps, such as the release of
+        pyenv's rehash lock, still run), so that nothing runs on: a hung command, or one that
+        left its session."""
         if self.process is None:
             return
         try:
-            children = psutil.Process(self.process.pid).children(recursive=True)
+            family = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
-            children = []
+            family = []
         self.process.kill()
         self.process.wait()
-        for child in children:
-            try:
+        for child in family:
+            with contextlib.suppress(psutil.Error):
                 if child.name().startswith("sshd"):
                     child.kill()
-            except psutil.NoSuchProcess:
-                pass
+        end({p.pid: p for p in [*family, *self._sessions_left()]}.values(), timeout=3)
         self.process = None
+
+    def _sessions_left(self) -> list[psutil.Process]:
+        """Processes started in this server's sessions, wherever they are now."""
+        found = []
+        for process in psutil.process_iter():
+            try:
+                if process.environ().get(SESSION_MARK) == str(self.directory):
+                    found.append(process)
+            except psutil.Error:
+                continue
+        return found
 
     def ssh_config(self, names: list[str] | None = None) -> Path:
         """Write ``home/.ssh/config`` with a Host alias per name, all pointing at this server,
