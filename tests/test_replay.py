@@ -296,6 +296,8 @@ def opened_at(monkeypatch: pytest.MonkeyPatch) -> list[float]:
             cursors.append(app.replay.cursor)
 
     monkeypatch.setattr(ReplayApp, "run", lambda app: asyncio.run(pilot_run(app)))
+    # the pilot is its terminal
+    monkeypatch.setattr("gpuconsole.commands.replay.refuse_without_terminal", lambda _: None)
     return cursors
 
 

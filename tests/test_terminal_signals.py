@@ -192,6 +192,29 @@ def test_output_to_a_file_and_no_input_refuses_in_one_line(tmp_path: Path) -> No
     assert b"\x1b" not in err
 
 
+def test_replay_without_a_terminal_refuses_and_points_to_its_list(tmp_path: Path) -> None:
+    """`gpuconsole replay FILE > out.txt < /dev/null` wrote xterm sequences and never exited."""
+    recording = tmp_path / "r.sqlite"
+    env = environment(tmp_path)
+    record = [sys.executable, "-m", "gpuconsole", "record", "--demo", "--duration", "2s"]
+    done = subprocess.run(
+        [*record, "--record", str(recording)], env=env, cwd=ROOT, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    replay = [sys.executable, "-m", "gpuconsole", "replay", str(recording)]
+    try:
+        done = subprocess.run(
+            replay, stdin=subprocess.DEVNULL, env=env, cwd=ROOT, capture_output=True,
+            timeout=PROMPT_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("replay without a terminal ran on instead of refusing")
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "not a terminal" in lines[0] and "--list" in lines[0]
+    assert b"\x1b" not in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("without", ["input", "output", "error"])
 def test_a_terminal_on_one_side_only_refuses_in_one_line(
     tmp_path: Path, in_pty: Callable[..., Pty], without: str

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     delivery = alertmanager_settings(args, config.alertmanager)
     source, label = console_source(args)
     try:
-        refuse_without_terminal()
+        refuse_without_terminal(_INSTEAD)
         recorder = console_recorder(args, label)
     except RecordingError as error:
         close_source(source)
@@ -110,9 +110,13 @@ def run(args: argparse.Namespace) -> int:
     return app.return_code or 0  # 128 + the signal's number when SIGTERM or SIGHUP stopped it
 
 
-def refuse_without_terminal() -> None:
+_INSTEAD = "`gpuconsole snapshot --json` reads once and `gpuconsole record` records"
+
+
+def refuse_without_terminal(instead: str) -> None:
     """`Refused` unless the console has a terminal to draw on: standard input (its keys),
     output and error (where Textual draws) each a terminal, one that takes escape sequences.
+    ``instead`` says what does the work without one.
 
     Checked after the options and the source, so that what is wrong with what was asked is said
     first; without a terminal, the console would write escape sequences into a file or pipe and
@@ -126,11 +130,7 @@ def refuse_without_terminal() -> None:
         why = "TERM=dumb takes no escape sequences"
     else:
         return
-    raise Refused(
-        f"the console needs a terminal ({why}); without one, `gpuconsole snapshot --json` reads "
-        "once and `gpuconsole record` records",
-        code=EXIT_BAD_INPUT,
-    )
+    raise Refused(f"the console needs a terminal ({why}); without one, {instead}", EXIT_BAD_INPUT)
 
 
 def _is_terminal(stream: TextIO | None) -> bool:

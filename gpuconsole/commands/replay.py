@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuconsole.commands import Subcommands
+from gpuconsole.commands.console import refuse_without_terminal
 from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail
 from gpuconsole.commands.options import theme_of
 from gpuconsole.commands.sources import alert_rules
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             return _list(recording, at, args.host, args.json)
         from gpuconsole.replay_app import ReplayApp
 
+        refuse_without_terminal(f"`gpuconsole replay {shown} --list [--json]` prints its timeline")
         rules = alert_rules(args)
         ReplayApp(recording, at=at, host=args.host, theme=theme, alert_rules=rules).run()
         return 0
