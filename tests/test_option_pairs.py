@@ -120,6 +120,10 @@ def test_snapshot_demo_host_is_that_demo_host() -> None:
             "--record does not apply with --demo (the demo's past is simulated afresh, not "
             "recorded)",
         ),
+        (
+            ("bundle", "local", "--hosts", "gpu01"),
+            "--hosts does not apply: local is this machine, which the bundle reads itself",
+        ),
     ],
     ids=[
         "record-demo-hosts",
@@ -131,6 +135,7 @@ def test_snapshot_demo_host_is_that_demo_host() -> None:
         "snapshot-hosts",
         "oom-here-demo",
         "bundle-demo-record",
+        "bundle-local-hosts",
     ],
 )
 def test_an_option_not_read_beside_another_is_refused(

@@ -17,11 +17,18 @@ from gpuconsole import paths
 from gpuconsole.commands import Subcommands
 from gpuconsole.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail
 from gpuconsole.commands.options import add_demo_options, add_inventory_options
-from gpuconsole.commands.sources import alert_rules, demo_source, inventory, read_now
+from gpuconsole.commands.sources import (
+    alert_rules,
+    demo_source,
+    inventory,
+    read_now,
+    refuse_unread_inventory,
+)
 
 if TYPE_CHECKING:
     from gpuconsole.actions.bundle.contents import BundleInputs
     from gpuconsole.actions.bundle.make import BundleResult
+    from gpuconsole.hosts.inventory import Inventory
     from gpuconsole.hosts.targets import Target
     from gpuconsole.model import HostSnapshot
     from gpuconsole.record.reader import Recording
@@ -121,7 +128,15 @@ def _inputs(args: argparse.Namespace) -> tuple[BundleInputs, Target | None]:
         history = source.backfill(host, int(WINDOW_BEFORE_S))
         alerts = AlertEngine(alert_rules(args)).replay(history)
         return history_inputs(host, "the demo rack", history, alerts, (SIMULATED,)), None
-    target = find_target(host, lambda: inventory(args))
+    asked: list[bool] = []
+
+    def from_inventory() -> Inventory | None:
+        asked.append(True)
+        return inventory(args)
+
+    target = find_target(host, from_inventory)
+    if not asked:
+        refuse_unread_inventory(args, f"{host} is this machine, which the bundle reads itself")
     name = target.name if target is not None else host
     recording = _recording(args.record, name)
     if recording is not None:

@@ -82,11 +82,11 @@ def targets(args: argparse.Namespace, names: Sequence[str], every: bool = False)
     except UnknownHost as error:
         raise Refused(str(error), code=EXIT_BAD_INPUT) from None
     if not asked:
-        _refuse_unread_inventory(args, "no host of it is named, so this acts on this machine")
+        refuse_unread_inventory(args, "no host of it is named, so this acts on this machine")
     return found
 
 
-def _refuse_unread_inventory(args: argparse.Namespace, why: str) -> None:
+def refuse_unread_inventory(args: argparse.Namespace, why: str) -> None:
     """For a command that reads or acts on this machine only: `Refused` where --hosts or
     --inventory was given, an inventory it would not read (``why`` says so)."""
     for given, flag in ((args.hosts, "--hosts"), (args.inventory, "--inventory")):
@@ -179,7 +179,7 @@ def snapshot_of(args: argparse.Namespace) -> HostSnapshot:
         except SourceError as error:
             raise Refused(f"cannot read {host}: {error}") from None
     if args.host is None:
-        _refuse_unread_inventory(args, "without --host, this reads this machine")
+        refuse_unread_inventory(args, "without --host, this reads this machine")
         try:
             return read_now(None)
         except SourceError as error:
