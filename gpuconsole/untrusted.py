@@ -105,10 +105,13 @@ _POD_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 _SLURM_JOB_ID = (1, (1 << 32) - 1)
 _PID = (1, (1 << 32) - 1)  # Linux's pid_max is at most 2**22; Windows pids are 32-bit
 
-UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-"""C0 controls, DEL, C1 controls, the line and paragraph separators and the bidirectional
-formatting characters (the "Trojan Source" overrides, CVE-2021-42574): what text from outside
-may not hold as it is."""
+UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+"""C0 controls, DEL, C1 controls, the line and paragraph separators, the bidirectional
+formatting characters (the "Trojan Source" overrides, CVE-2021-42574), and lone surrogates (a
+JSON "\\ud800" decodes to one, and no UTF-8 output can write it): what text from outside may
+not hold as it is."""
 
 
 def stand_in(match: re.Match[str]) -> str:

@@ -376,3 +376,12 @@ def test_owners_loads_and_nodes_are_vetted_to_safe_text_and_possible_values(
         texts = (clean.node.scheduler, clean.node.name, clean.node.state)
         assert all(type(t) is str and 0 < len(t) <= MAX_NAME_CHARS for t in texts)
     assert vetted(clean) is clean  # nothing is left to take out
+
+
+@given(st.lists(st.characters(categories=("Cs",)) | st.characters(), max_size=50).map("".join))
+def test_visible_text_can_always_be_written_as_utf8(text: str) -> None:
+    """A lone surrogate (JSON's "\\ud800") would make printing or --json raise; made visible,
+    any text writes."""
+    shown = visible(text)
+    shown.encode("utf-8")
+    assert not UNSAFE.search(shown)
