@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_hostile_cli import REQUIRED  # what each command needs besides its options
 
 from gpuconsole import global_options
 from gpuconsole.cli import build_parser
@@ -234,17 +235,6 @@ GIVEN: dict[str, tuple[str, ...]] = {
 """The options that choose what a command watches or reads, and a value for each."""
 OWN = {"snapshot": {"host"}, "oom": {"host"}}
 """A command's own options among `GIVEN` that `DECIDERS` read."""
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "triage": ("--from", "dump.xml"),
-    "launch": ("resnet50",),
-    "memory": ("resnet50",),
-    "oom": ("train.log",),
-    "replay": ("recording.sqlite",),
-    "bundle": ("gpu01",),
-    "drain": ("gpu01", "--reason", "fan"),
-    "resume": ("gpu01",),
-}
-"""What each command needs besides its options, so that it parses."""
 
 
 def _console(args: argparse.Namespace) -> None:
