@@ -50,7 +50,7 @@ HOSTILE_SMI_FIELDS: dict[str, dict[str, str]] = {
 HOSTILE_ARGV = ["hostile-job", CLIPBOARD, "ok\nCRIT GPU 0 forged line", TITLE + CLEAR]
 """The command line of the hostile process a node's user starts on GPU 0."""
 
-UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 """What no text of the model may hold once it is past the boundary."""
 
 
