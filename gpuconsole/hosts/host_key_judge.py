@@ -86,13 +86,11 @@ class HostKeyJudge:
             return True
         if not self._long_enough(key):
             return False
-        if any(known.key.public_data == key.public_data for known in self.keys.trusted()):
+        if self.keys.trusts(key):
             return True
         if self.keys.trusted():
             return False  # another key is known: changed, refused in every mode
-        if self.bare is not None and any(
-            known.key.public_data == key.public_data for known in self.bare.trusted()
-        ):
+        if self.bare is not None and self.bare.trusts(key):
             return True
         return self._new(key)
 

@@ -116,6 +116,10 @@ class HostKeys:
         plain line lists it too (OpenSSH checks revocation after finding a match)."""
         return tuple(known for known in self.keys if self.revoked_entry(known.key) is None)
 
+    def trusts(self, key: asyncssh.SSHKey) -> bool:
+        """Whether a trusted plain line lists ``key``."""
+        return any(_same_key(known.key, key) for known in self.trusted())
+
     def revoked_entry(self, key: asyncssh.SSHKey) -> KnownKey | None:
         """The first @revoked line listing `key`, to name in the refusal; None if none does."""
         return next((known for known in self.revoked if _same_key(known.key, key)), None)
@@ -234,24 +238,30 @@ def _file_entries(path: Path, wanted: bytes) -> Iterator[KnownKey | str]:
         yield f"{path}: {note}"
 
 
-def _read_bounded(path: Path) -> tuple[bytes, str | None]:
-    """The file's complete lines (no final newline), at most `MAX_KNOWN_HOSTS_BYTES` of them,
-    and a note if it was cut. Only a regular file is read: a FIFO would block forever and
-    /dev/zero never end. The check is on the opened descriptor, so a path swapped between a
+def read_regular(path: str | bytes | os.PathLike[str], limit: int) -> bytes:
+    """Up to ``limit`` + 1 bytes of a regular file (more than ``limit`` tells the caller it is
+    too big); OSError for anything else. Only a regular file is read: a FIFO would block forever
+    and /dev/zero never end. The check is on the opened descriptor, so a path swapped between a
     check and the open cannot fool it; O_NONBLOCK keeps the open itself from hanging on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise OSError(errno.EINVAL, f"not a regular file ({_file_kind(mode)})")
         chunks: list[bytes] = []
-        left = MAX_KNOWN_HOSTS_BYTES + 1
+        left = limit + 1
         while left > 0 and (chunk := os.read(fd, min(left, 1024 * 1024))):
             chunks.append(chunk)
             left -= len(chunk)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
+    return b"".join(chunks)
+
+
+def _read_bounded(path: Path) -> tuple[bytes, str | None]:
+    """The file's complete lines (no final newline), at most `MAX_KNOWN_HOSTS_BYTES` of them,
+    and a note if it was cut (`read_regular`)."""
+    data = read_regular(path, MAX_KNOWN_HOSTS_BYTES)
     note = None
     if len(data) > MAX_KNOWN_HOSTS_BYTES:
         data = data[:MAX_KNOWN_HOSTS_BYTES]

@@ -47,7 +47,7 @@ from asyncssh.mac import get_mac_algs
 from gpuconsole import paths
 from gpuconsole.hosts.host_key_judge import HostKeyJudge, failure, rsa_bits
 from gpuconsole.hosts.inventory import HostEntry, InventoryError, jump_hosts
-from gpuconsole.hosts.known_hosts import HostKeys, host_keys, lookup_name
+from gpuconsole.hosts.known_hosts import HostKeys, host_keys, lookup_name, read_regular
 from gpuconsole.hosts.ssh_config import SshConfig, SshConfigError, read_ssh_config
 from gpuconsole.model import HostState
 from gpuconsole.untrusted import visible
@@ -575,19 +575,11 @@ def _read_key_file(path: Path) -> tuple[bytes | None, str | None]:
     """A key file's bytes, or None and (where ssh would say so) why: a missing file is silent,
     as with ssh; one that cannot be read is named, in ssh's words."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(path, MAX_KEY_FILE_BYTES)
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError) as error:  # ValueError: a NUL in the name ssh config gave
         return None, f'Load key "{path}": {getattr(error, "strerror", None) or error}'
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, f'Load key "{path}": not a regular file'
-        data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
-    except OSError as error:
-        return None, f'Load key "{path}": {error.strerror or error}'
-    finally:
-        os.close(fd)
     if len(data) > MAX_KEY_FILE_BYTES:
         return None, f'Load key "{path}": larger than {MAX_KEY_FILE_BYTES} bytes'
     return data, None

@@ -34,11 +34,12 @@ from __future__ import annotations
 import os
 import re
 import selectors
-import stat
 import subprocess
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+
+from gpuconsole.hosts.known_hosts import read_regular
 
 MAX_LOG_BYTES = 1024 * 1024
 """ssh's stderr read at most: its trace of any sane config is a few KiB."""
@@ -401,22 +402,11 @@ class _Walk:
 
 
 def _read_file(path: bytes) -> bytes | None:
-    """A regular file's bytes, or None: missing, too big, or a FIFO, device or directory (never
-    opened, so a FIFO cannot block the read)."""
+    """A regular file's bytes, or None: missing, too big, or a FIFO, device or directory."""
     try:
-        before = os.stat(path)
-        if not stat.S_ISREG(before.st_mode) or before.st_size > MAX_FILE_BYTES:
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        data = read_regular(path, MAX_FILE_BYTES)
     except (OSError, ValueError):
         return None
-    with open(fd, "rb") as file:
-        try:
-            if not os.path.samestat(before, os.fstat(fd)):  # swapped since the stat
-                return None
-            data = file.read(MAX_FILE_BYTES + 1)
-        except OSError:
-            return None
     return data if len(data) <= MAX_FILE_BYTES else None
 
 
