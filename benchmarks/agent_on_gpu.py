@@ -6,11 +6,11 @@ and what a reading costs.
 Runs the agent exactly as the console does over SSH (the same remote command, the script on its
 stdin), here on the local host, once in `nvml` mode and once in `smi` mode. Each mode's readings
 go through the console's decoder (`AgentStream`); the last one is compared, field by field over
-every field of the field table (`gpuconsole.fields`), with `NvmlSource.read()` taken at the same
-moment. A field the table says a mode cannot carry must be N/A there; every other must be equal,
-or within `TOLERANCE` for those that move from one instant to the next. It also reports each
-mode's CPU per tick (the agent and its children, measured with psutil), its bytes per line, and
-the wall time of one `NvmlSource.read()` per GPU.
+every field of the field table (`gpuconsole.core.fields`), with `NvmlSource.read()` taken at the
+same moment. A field the table says a mode cannot carry must be N/A there; every other must be
+equal, or within `TOLERANCE` for those that move from one instant to the next. It also reports
+each mode's CPU per tick (the agent and its children, measured with psutil), its bytes per line,
+and the wall time of one `NvmlSource.read()` per GPU.
 
 ``--save DIR`` writes each mode's agent lines (``agent-nvml.jsonl``, ``agent-smi.jsonl``) and the
 in-process reading taken with its last (``local-nvml.row`` and ``.json``, likewise ``local-smi``),
@@ -32,9 +32,9 @@ from typing import Any
 import psutil
 from process_tree import tree_cpu_seconds
 
-from gpuconsole.fields import FIELDS, QUERY_GPU
-from gpuconsole.model import GpuState, HostSnapshot
-from gpuconsole.record import codec
+from gpuconsole.core.fields import FIELDS, QUERY_GPU
+from gpuconsole.core.model import GpuState, HostSnapshot
+from gpuconsole.fleet.record import codec
 from gpuconsole.telemetry.nvml import NvmlSource
 from gpuconsole.telemetry.wire import AgentStream, Reading, agent_command, agent_script
 

@@ -193,11 +193,11 @@ def scrape_config(prometheus: Prometheus, port: int, targets: int, interval: flo
 
 
 def console_role(args: argparse.Namespace) -> None:
-    from gpuconsole.alerts.engine import AlertEngine
-    from gpuconsole.app import GpuConsoleApp
-    from gpuconsole.screens.fleet import FleetScreen
+    from gpuconsole.fleet.alerts.engine import AlertEngine
     from gpuconsole.telemetry import prometheus
     from gpuconsole.telemetry.prometheus import PrometheusSource
+    from gpuconsole.ui.app import GpuConsoleApp
+    from gpuconsole.ui.screens.fleet import FleetScreen
 
     rounds: list[dict[str, float]] = []
     spent: dict[str, float] = {}

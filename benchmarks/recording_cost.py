@@ -39,20 +39,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpuconsole.alerts.defaults import DEFAULT_RULES  # noqa: E402
-from gpuconsole.alerts.engine import AlertEngine  # noqa: E402
-from gpuconsole.clock import ManualClock  # noqa: E402
-from gpuconsole.fleet import FleetSession  # noqa: E402
-from gpuconsole.model import Finding, HostSnapshot, HostState  # noqa: E402
-from gpuconsole.poller import collect, ingest  # noqa: E402
-from gpuconsole.record.reader import Recording  # noqa: E402
-from gpuconsole.record.recorder import RecordingWriter, Tick, tick_of  # noqa: E402
-from gpuconsole.record.replay import ReplaySource  # noqa: E402
-from gpuconsole.record.retention import Maintenance, Retention, Tier  # noqa: E402
-from gpuconsole.record.schema import create, open_for_writing  # noqa: E402
-from gpuconsole.replay_app import JUMP_HISTORY_S  # noqa: E402
-from gpuconsole.store import FleetStore, HostStatus  # noqa: E402
+from gpuconsole.core.clock import ManualClock  # noqa: E402
+from gpuconsole.core.model import Finding, HostSnapshot, HostState  # noqa: E402
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES  # noqa: E402
+from gpuconsole.fleet.alerts.engine import AlertEngine  # noqa: E402
+from gpuconsole.fleet.poller import collect, ingest  # noqa: E402
+from gpuconsole.fleet.record.reader import Recording  # noqa: E402
+from gpuconsole.fleet.record.recorder import RecordingWriter, Tick, tick_of  # noqa: E402
+from gpuconsole.fleet.record.replay import ReplaySource  # noqa: E402
+from gpuconsole.fleet.record.retention import Maintenance, Retention, Tier  # noqa: E402
+from gpuconsole.fleet.record.schema import create, open_for_writing  # noqa: E402
+from gpuconsole.fleet.session import FleetSession  # noqa: E402
+from gpuconsole.fleet.store import FleetStore, HostStatus  # noqa: E402
 from gpuconsole.telemetry.sim import DEFAULT_EPOCH, SimRack, SimSource  # noqa: E402
+from gpuconsole.ui.replay_app import JUMP_HISTORY_S  # noqa: E402
 
 DAY_S = 86400
 FULL_S = 6 * 3600
@@ -229,7 +229,7 @@ def day_figures(path: Path, start: float, end: float, jumps: int) -> dict[str, f
 async def app_figures(path: Path, at: float) -> dict[str, float]:
     """The replay app (headless): from start until the fleet shows the readings at the cursor,
     then until the history is there too; the same for `n` (the next finding)."""
-    from gpuconsole.replay_app import ReplayApp
+    from gpuconsole.ui.replay_app import ReplayApp
 
     recording = Recording(path)
     began = time.perf_counter()

@@ -49,12 +49,12 @@ NAIVE_AT_ONCE = 32
 
 def console_role(args: argparse.Namespace) -> None:
     """The measured console process: supervisor + store, one poll per second; prints delays."""
+    from gpuconsole.fleet.poller import collect, ingest
+    from gpuconsole.fleet.store import FleetStore
     from gpuconsole.hosts.inventory import HostDefaults
     from gpuconsole.hosts.source import SshSource
     from gpuconsole.hosts.ssh import SshSettings
     from gpuconsole.hosts.supervisor import Supervisor
-    from gpuconsole.poller import collect, ingest
-    from gpuconsole.store import FleetStore
 
     home = Path(args.home)
     defaults = HostDefaults(user=_user(), port=args.port, connect_timeout=30.0)

@@ -7,8 +7,8 @@ Stages, each in seconds since the process was started (the script runs itself as
 hands it the moment it started it):
 
 - ``interpreter``: Python itself up, before the first import of gpuconsole;
-- ``cli``: `gpuconsole.cli` imported (what every subcommand pays);
-- ``app``: `gpuconsole.app` imported (Textual and the screens);
+- ``cli``: `gpuconsole.cli.main` imported (what every subcommand pays);
+- ``app``: `gpuconsole.ui.app` imported (Textual and the screens);
 - ``source``: the local source made (NVML initialised, its devices found);
 - ``constructed``: the `GpuConsoleApp` made;
 - ``first_frame``: the fleet screen painted once (headless: compositing, no terminal).
@@ -35,10 +35,10 @@ def since_start() -> float:
 
 def stages(demo: bool) -> dict[str, float]:
     marks = {"interpreter": since_start()}
-    import gpuconsole.cli  # noqa: F401
+    import gpuconsole.cli.main  # noqa: F401
 
     marks["cli"] = since_start()
-    from gpuconsole.app import GpuConsoleApp
+    from gpuconsole.ui.app import GpuConsoleApp
 
     marks["app"] = since_start()
     from gpuconsole.telemetry import Source, SourceError
@@ -51,7 +51,7 @@ def stages(demo: bool) -> dict[str, float]:
 
         source = local_source()
     except SourceError:
-        from gpuconsole.clock import wall_clock
+        from gpuconsole.core.clock import wall_clock
         from gpuconsole.telemetry.sim import SimSource, demo_rack
 
         source = SimSource(demo_rack(epoch=wall_clock() - 900), wall_clock)

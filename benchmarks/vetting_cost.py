@@ -1,4 +1,4 @@
-"""What the boundary for readings from outside (`gpuconsole.untrusted.vetted`) costs per GPU.
+"""What the boundary for readings from outside (`gpuconsole.core.untrusted.vetted`) costs per GPU.
 
     python benchmarks/vetting_cost.py [--hosts 64] [--rounds 50]
 
@@ -21,10 +21,10 @@ import json
 import time
 from collections.abc import Callable
 
-from gpuconsole.health import evaluate
-from gpuconsole.model import HostSnapshot
+from gpuconsole.core.model import HostSnapshot
+from gpuconsole.core.untrusted import vetted
+from gpuconsole.rules.health import evaluate
 from gpuconsole.telemetry.sim import SimSource, demo_rack
-from gpuconsole.untrusted import vetted
 
 EPOCH = 1_767_225_600.0
 

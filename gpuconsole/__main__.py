@@ -1,5 +1,5 @@
 """Allow `python -m gpuconsole`."""
 
-from gpuconsole.cli import main
+from gpuconsole.cli.main import main
 
 raise SystemExit(main())

@@ -15,9 +15,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from gpuconsole.actions.shell import LocalShell
 from gpuconsole.actions.verify.checks import CHECKS
 from gpuconsole.actions.verify.runner import distinct_probes, run_probes
-from gpuconsole.actions.verify.shell import LocalShell
 
 
 def main() -> int:

@@ -14,9 +14,9 @@ from slurm import Slurm, running, slurm_available
 from sshd import Sshd
 from standin import write_standin_smi
 
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.clock import ManualClock
+from gpuconsole.core.clock import ManualClock
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
+from gpuconsole.ui.app import GpuConsoleApp
 
 EPOCH = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 NOW = EPOCH + 900.0  # fifteen minutes into the simulation: jobs running, faults on

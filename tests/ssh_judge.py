@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 from sshd import SSH_KEYGEN, Sshd, keygen, sshd_available
 
+from gpuconsole.core.model import HostState
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
-from gpuconsole.model import HostState
 
 SSH = shutil.which("ssh") or "/usr/bin/ssh"
 SSH_AGENT = shutil.which("ssh-agent") or "/usr/bin/ssh-agent"

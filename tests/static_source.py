@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gpuconsole.model import HostSnapshot
+from gpuconsole.core.model import HostSnapshot
 
 
 class StaticSource:

@@ -12,8 +12,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import RichLog
 
-from gpuconsole.screens.action import ActionScreen
-from gpuconsole.screens.confirm import ConfirmScreen
+from gpuconsole.ui.screens.action import ActionScreen
+from gpuconsole.ui.screens.confirm import ConfirmScreen
 
 Script = Callable[["Probe"], Awaitable[str]]
 

@@ -12,9 +12,9 @@ import pytest
 from sshd import Sshd, free_port, gone, running, sshd_available
 from test_ssh_fleet import entry, settings, source_for
 
-from gpuconsole import paths
 from gpuconsole.actions import session
 from gpuconsole.actions.session import open_shell
+from gpuconsole.core import paths
 from gpuconsole.hosts.source import WatchedTarget
 from gpuconsole.hosts.ssh import ConnectFailure
 from gpuconsole.hosts.targets import Context, Target

@@ -14,13 +14,13 @@ import time
 import pytest
 from sshd import Sshd, sshd_available, wait_for
 
-from gpuconsole.health import evaluate, host_state_finding
+from gpuconsole.core.model import HostState, Severity
+from gpuconsole.fleet.poller import collect, ingest
+from gpuconsole.fleet.store import FleetStore
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.source import SshSource
 from gpuconsole.hosts.supervisor import Backoff, HostLink, Supervisor
-from gpuconsole.model import HostState, Severity
-from gpuconsole.poller import collect, ingest
-from gpuconsole.store import FleetStore
+from gpuconsole.rules.health import evaluate, host_state_finding
 from gpuconsole.telemetry.wire import agent_script
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")

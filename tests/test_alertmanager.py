@@ -23,23 +23,23 @@ import pytest
 from amserver import Alertmanager, require_alertmanager
 from promserver import free_port
 
-from gpuconsole.alerts.alertmanager import (
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.core.model import Severity
+from gpuconsole.fleet.alerts.alertmanager import (
     AlertmanagerSender,
     AlertmanagerSettings,
     posted,
     rfc3339,
 )
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.engine import FIRING, Alert
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.clock import ManualClock
-from gpuconsole.fleet import FleetSession
-from gpuconsole.model import Severity
-from gpuconsole.poller import collect
-from gpuconsole.screens.alerts import AlertsScreen, SilenceScreen, row_key
-from gpuconsole.screens.confirm import ConfirmScreen
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.engine import FIRING, Alert
+from gpuconsole.fleet.poller import collect
+from gpuconsole.fleet.session import FleetSession
 from gpuconsole.telemetry.sim import SimRack, SimSource
-from gpuconsole.widgets.keyed_table import KeyedTable
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.screens.alerts import AlertsScreen, SilenceScreen, row_key
+from gpuconsole.ui.screens.confirm import ConfirmScreen
+from gpuconsole.ui.widgets.keyed_table import KeyedTable
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST, GPU = "h100-01", 6

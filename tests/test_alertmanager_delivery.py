@@ -23,7 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from promserver import free_port
 
-from gpuconsole.alerts.alertmanager import (
+from gpuconsole.core.model import Severity
+from gpuconsole.core.untrusted import UNSAFE
+from gpuconsole.fleet.alerts.alertmanager import (
     MAX_ALERTS,
     MAX_ANNOTATION_CHARS,
     MAX_LABEL_CHARS,
@@ -33,11 +35,9 @@ from gpuconsole.alerts.alertmanager import (
     identity,
     posted,
 )
-from gpuconsole.alerts.config import load_config, load_rules
-from gpuconsole.alerts.engine import FIRING, PENDING, Alert
-from gpuconsole.alerts.rules import RuleError
-from gpuconsole.model import Severity
-from gpuconsole.untrusted import UNSAFE
+from gpuconsole.fleet.alerts.config import load_config, load_rules
+from gpuconsole.fleet.alerts.engine import FIRING, PENDING, Alert
+from gpuconsole.fleet.alerts.rules import RuleError
 
 ROOT = Path(__file__).resolve().parent.parent
 fuzz = settings(max_examples=200, deadline=None, database=None)
@@ -258,7 +258,7 @@ TABLE_VALUES = st.one_of(
 @fuzz
 @given(st.dictionaries(st.sampled_from(["urls", "resend", "timeout", "x"]), TABLE_VALUES))
 def test_any_table_is_taken_or_refused_in_one_line(table: dict[str, object]) -> None:
-    from gpuconsole.alerts.config import alertmanager_settings
+    from gpuconsole.fleet.alerts.config import alertmanager_settings
 
     try:
         taken = alertmanager_settings({"alertmanager": table}, "fuzz.toml")
@@ -439,7 +439,7 @@ def test_closing_returns_promptly_while_a_request_hangs(silent_server: str) -> N
 
 
 def test_the_silence_of_an_unreachable_alertmanager_is_one_line(closed_port: str) -> None:
-    from gpuconsole.alerts.alertmanager import DeliveryError
+    from gpuconsole.fleet.alerts.alertmanager import DeliveryError
 
     sender = AlertmanagerSender(AlertmanagerSettings((closed_port,)))
     try:

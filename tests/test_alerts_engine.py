@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from conftest import EPOCH, NOW
 
-from gpuconsole import xid as xids
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.engine import FIRING, PENDING, Alert, AlertEngine
-from gpuconsole.alerts.rules import rule_from_dict
-from gpuconsole.model import GpuState, HostSnapshot, Severity, XidEvent
-from gpuconsole.poller import collect
+from gpuconsole.core import xid as xids
+from gpuconsole.core.model import GpuState, HostSnapshot, Severity, XidEvent
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.engine import FIRING, PENDING, Alert, AlertEngine
+from gpuconsole.fleet.alerts.rules import rule_from_dict
+from gpuconsole.fleet.poller import collect
 from gpuconsole.telemetry.sim import HostUnreachable, SimRack, demo_rack
 
 HOT = rule_from_dict(

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuconsole import paths
-from gpuconsole.alerts.config import load_rules
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.expr import READINGS, ExprError, parse
-from gpuconsole.alerts.rules import RuleError, parse_duration, rule_from_dict
-from gpuconsole.model import GpuState, HostSnapshot, Severity, XidEvent
+from gpuconsole.core import paths
+from gpuconsole.core.model import GpuState, HostSnapshot, Severity, XidEvent
+from gpuconsole.fleet.alerts.config import load_rules
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.expr import READINGS, ExprError, parse
+from gpuconsole.fleet.alerts.rules import RuleError, parse_duration, rule_from_dict
 
 
 def gpu(index: int = 0, **fields: object) -> GpuState:

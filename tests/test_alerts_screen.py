@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from gpuconsole.alerts.engine import FIRING
-from gpuconsole.alerts.rules import rule_from_dict
-from gpuconsole.screens.alerts import AlertsScreen, SilenceScreen, age, row_key
-from gpuconsole.screens.fleet import FleetScreen
-from gpuconsole.screens.gpu import GpuScreen
-from gpuconsole.screens.help import bindings_table
-from gpuconsole.widgets.keyed_table import KeyedTable
+from gpuconsole.fleet.alerts.engine import FIRING
+from gpuconsole.fleet.alerts.rules import rule_from_dict
+from gpuconsole.ui.screens.alerts import AlertsScreen, SilenceScreen, age, row_key
+from gpuconsole.ui.screens.fleet import FleetScreen
+from gpuconsole.ui.screens.gpu import GpuScreen
+from gpuconsole.ui.screens.help import bindings_table
+from gpuconsole.ui.widgets.keyed_table import KeyedTable
 
 
 def rows(screen: AlertsScreen) -> list[str]:
@@ -104,7 +104,7 @@ async def test_no_alerts_says_so(make_app) -> None:
 
 
 def test_help_lists_the_alerts_keys() -> None:
-    from gpuconsole.app import GpuConsoleApp
+    from gpuconsole.ui.app import GpuConsoleApp
 
     table = bindings_table(GpuConsoleApp)
     rendered = [str(cell) for column in table.columns for cell in column._cells]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from gpuconsole.model import HostState, Severity
-from gpuconsole.poller import collect
-from gpuconsole.screens.fleet import FleetScreen, gpu_row_key
-from gpuconsole.screens.help import HelpScreen
-from gpuconsole.screens.host import HostScreen
-from gpuconsole.screens.topology import TopologyScreen
-from gpuconsole.widgets.keyed_table import KeyedTable
+from gpuconsole.core.model import HostState, Severity
+from gpuconsole.fleet.poller import collect
+from gpuconsole.ui.screens.fleet import FleetScreen, gpu_row_key
+from gpuconsole.ui.screens.help import HelpScreen
+from gpuconsole.ui.screens.host import HostScreen
+from gpuconsole.ui.screens.topology import TopologyScreen
+from gpuconsole.ui.widgets.keyed_table import KeyedTable
 
 
 def row_keys(screen, table_id: str) -> list[str]:
@@ -159,8 +159,8 @@ async def test_next_host_key_moves_through_the_fleet_as_it_is_listed(make_app) -
 
 
 async def test_help_lists_every_binding(make_app) -> None:
-    from gpuconsole.app import GpuConsoleApp
-    from gpuconsole.screens.help import bindings_table, key_label
+    from gpuconsole.ui.app import GpuConsoleApp
+    from gpuconsole.ui.screens.help import bindings_table, key_label
 
     table = bindings_table(GpuConsoleApp)
     keys = list(table.columns[0]._cells)
@@ -186,7 +186,7 @@ async def test_theme_switch_recolours_cells(make_app) -> None:
 
 
 async def test_command_palette_offers_hosts(make_app) -> None:
-    from gpuconsole.screens.commands import ConsoleCommands
+    from gpuconsole.ui.screens.commands import ConsoleCommands
 
     app = make_app()
     async with app.run_test(size=(120, 40)):
@@ -201,8 +201,8 @@ async def test_command_palette_offers_hosts(make_app) -> None:
 async def test_mig_instances_show_under_their_gpu_with_utilization_na() -> None:
     from static_source import StaticSource
 
-    from gpuconsole.app import GpuConsoleApp
-    from gpuconsole.model import GpuState, HostSnapshot, MigInstance
+    from gpuconsole.core.model import GpuState, HostSnapshot, MigInstance
+    from gpuconsole.ui.app import GpuConsoleApp
 
     migs = (
         MigInstance(1, 0, "3g.71gb", 72_000.0, 30_000.0),
@@ -230,9 +230,9 @@ def test_help_lists_every_full_screen_with_keys_and_the_running_apps_keys() -> N
     no heading fails here, and replay's keys show where replay runs, not in the console."""
     from textual.screen import ModalScreen
 
-    from gpuconsole.app import GpuConsoleApp
-    from gpuconsole.replay_app import ReplayApp
-    from gpuconsole.screens.help import bindings_table, screen_classes
+    from gpuconsole.ui.app import GpuConsoleApp
+    from gpuconsole.ui.replay_app import ReplayApp
+    from gpuconsole.ui.screens.help import bindings_table, screen_classes
 
     def rendered(app_type: type) -> list[str]:
         return [str(cell) for column in bindings_table(app_type).columns for cell in column._cells]

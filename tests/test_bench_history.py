@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuconsole import paths
 from gpuconsole.bench.history import (
     BenchHistory,
     BenchResult,
@@ -16,6 +15,7 @@ from gpuconsole.bench.history import (
     judge,
 )
 from gpuconsole.bench.output import history_json, history_text
+from gpuconsole.core import paths
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 
@@ -392,7 +392,7 @@ def test_history_json_keeps_missing_values_as_null() -> None:
 def test_bench_history_flags_a_run_as_launch_did_when_it_kept_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpuconsole.cli import main
+    from gpuconsole.cli.main import main
 
     monkeypatch.setenv(paths.BENCH_DB.variable, str(tmp_path / "bench.sqlite"))
     history = BenchHistory()

@@ -19,29 +19,29 @@ from sshd import Sshd, sshd_available, user_env
 from static_source import StaticSource
 from test_replay import gpuconsole
 
-from gpuconsole import audit, paths
 from gpuconsole.actions.bundle.archive import BundleError
 from gpuconsole.actions.bundle.contents import BundleInputs, summary
 from gpuconsole.actions.bundle.gather import light_checks
 from gpuconsole.actions.bundle.inputs import history_inputs, live_inputs
 from gpuconsole.actions.bundle.make import make_bundle
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.engine import AlertEngine
-from gpuconsole.cli import main
-from gpuconsole.clock import ManualClock
-from gpuconsole.fleet import FleetSession
-from gpuconsole.headless import record_fleet
+from gpuconsole.cli.main import main
+from gpuconsole.core import audit, paths
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.core.model import HostSnapshot, Severity
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.engine import AlertEngine
+from gpuconsole.fleet.headless import record_fleet
+from gpuconsole.fleet.poller import collect
+from gpuconsole.fleet.record.episodes import ALERT, FINDING, Episode
+from gpuconsole.fleet.record.reader import Recording
+from gpuconsole.fleet.record.recorder import Recorder
+from gpuconsole.fleet.record.when import clock
+from gpuconsole.fleet.session import FleetSession
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.ssh import SshSettings
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.model import HostSnapshot, Severity
-from gpuconsole.poller import collect
-from gpuconsole.record.episodes import ALERT, FINDING, Episode
-from gpuconsole.record.reader import Recording
-from gpuconsole.record.recorder import Recorder
-from gpuconsole.record.when import clock
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
-from gpuconsole.widgets.notices import laid_out
+from gpuconsole.ui.widgets.notices import laid_out
 
 GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 needs_sshd = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")

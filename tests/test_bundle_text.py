@@ -28,7 +28,7 @@ RAW = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
 )
 """What no file of a bundle may hold: control characters but newline and tab, and the
-bidirectional overrides and line separators `gpuconsole.untrusted` makes visible."""
+bidirectional overrides and line separators `gpuconsole.core.untrusted` makes visible."""
 HOSTILE = (
     "NVRM: Xid (PCI:0000:28:00): 79\x1b]0;owned by the host\x07\x1b[2J\x1b[3J\x1b[H"
     "\rgpuconsole: all GPUs healthy\x9b31m\u202eevil\x00\x08\tcolumn\n"

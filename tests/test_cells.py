@@ -7,11 +7,11 @@ from collections.abc import Callable
 import pytest
 from rich.text import Text
 
-from gpuconsole.model import PcieLink, Severity
-from gpuconsole.themes import DARK
-from gpuconsole.widgets import cells
-from gpuconsole.widgets.cells import Palette, bar
-from gpuconsole.widgets.trend import sparkline
+from gpuconsole.core.model import PcieLink, Severity
+from gpuconsole.ui.themes import DARK
+from gpuconsole.ui.widgets import cells
+from gpuconsole.ui.widgets.cells import Palette, bar
+from gpuconsole.ui.widgets.trend import sparkline
 
 P = Palette(DARK.variables)
 V = DARK.variables

@@ -12,8 +12,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuconsole.fields import FIELDS, Q_TEXT, Q_XML
-from gpuconsole.model import GpuState
+from gpuconsole.core.fields import FIELDS, Q_TEXT, Q_XML
+from gpuconsole.core.model import GpuState
 from gpuconsole.telemetry.smi import parse_q_text, parse_xml
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"

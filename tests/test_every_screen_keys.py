@@ -18,19 +18,19 @@ from hostile import run_in_pty
 from pilot_wait import until
 from test_app import row_keys, tick
 
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.fleet_view import host_matches
-from gpuconsole.model import HostState
-from gpuconsole.screens.commands import ConsoleCommands
-from gpuconsole.screens.copy import CopyScreen
-from gpuconsole.screens.help import HelpScreen
-from gpuconsole.screens.host import HostScreen
+from gpuconsole.core.model import HostState
+from gpuconsole.fleet.host_order import host_matches
 from gpuconsole.telemetry.sim import SimSource, demo_rack
-from gpuconsole.widgets.cells import fit_text
-from gpuconsole.widgets.key_bar import KeyBar, KeyEntry, fitted
-from gpuconsole.widgets.keyed_table import ColumnSpec, KeyedTable, fit_columns
-from gpuconsole.widgets.notices import laid_out
-from gpuconsole.widgets.title_bar import TitleBar, fit_title, part
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.screens.commands import ConsoleCommands
+from gpuconsole.ui.screens.copy import CopyScreen
+from gpuconsole.ui.screens.help import HelpScreen
+from gpuconsole.ui.screens.host import HostScreen
+from gpuconsole.ui.widgets.cells import fit_text
+from gpuconsole.ui.widgets.key_bar import KeyBar, KeyEntry, fitted
+from gpuconsole.ui.widgets.keyed_table import ColumnSpec, KeyedTable, fit_columns
+from gpuconsole.ui.widgets.notices import laid_out
+from gpuconsole.ui.widgets.title_bar import TitleBar, fit_title, part
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -374,9 +374,9 @@ async def test_no_color_palette_marks_critical_and_hot_by_emphasis(make_app, mon
 async def test_replay_plays_at_the_speed_it_names(tmp_path, rack, monkeypatch) -> None:
     from test_record import START, record_incident
 
-    from gpuconsole import paths
-    from gpuconsole.record.reader import Recording
-    from gpuconsole.replay_app import ReplayApp
+    from gpuconsole.core import paths
+    from gpuconsole.fleet.record.reader import Recording
+    from gpuconsole.ui.replay_app import ReplayApp
 
     monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "r.sqlite"

@@ -1,4 +1,4 @@
-"""Every path that carries GPU readings, held to the one field table (`gpuconsole.fields`).
+"""Every path that carries GPU readings, held to the one field table (`gpuconsole.core.fields`).
 
 Each path's reader (or writer and reader) is run on a full reading or on the real dumps of
 tests/fixtures/nvidia-smi/, and each field of the table must come out, or the table must say why
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from nvml_standin import StandinLibrary, h200, in_mig_mode, mig_device
 
-from gpuconsole import fields
-from gpuconsole.fields import FIELDS, Field
-from gpuconsole.model import (
+from gpuconsole.core import fields
+from gpuconsole.core.fields import FIELDS, Field
+from gpuconsole.core.model import (
     EccCounts,
     GpuState,
     HostSnapshot,
@@ -27,7 +27,7 @@ from gpuconsole.model import (
     PcieLink,
     RowRemap,
 )
-from gpuconsole.record import codec
+from gpuconsole.fleet.record import codec
 from gpuconsole.telemetry import dcgm, prometheus
 from gpuconsole.telemetry.agent import GPU_KEYS, Nvml, SimGpus
 from gpuconsole.telemetry.smi import QUERY_GPU_FIELDS, parse_dump, parse_query_gpu_csv, read_dump
@@ -125,7 +125,7 @@ def test_every_number_has_a_unit_and_a_range_and_every_absence_a_known_path() ->
 
 
 def test_a_full_reading_passes_the_boundary_unchanged() -> None:
-    from gpuconsole.untrusted import vetted
+    from gpuconsole.core.untrusted import vetted
 
     snapshot = HostSnapshot("h", 1.0, (full_gpu(),))
     assert vetted(snapshot) is snapshot

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuconsole import health
+from gpuconsole.rules import health
 from gpuconsole.telemetry.smi import SmiParseError, parse_dump, parse_query_gpu_csv
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"

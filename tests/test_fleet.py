@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 from conftest import EPOCH, NOW
 
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.clock import ManualClock
-from gpuconsole.fleet import FleetSession
-from gpuconsole.headless import record_fleet
-from gpuconsole.messages import FleetUpdated
-from gpuconsole.poller import collect
-from gpuconsole.record.reader import Recording
-from gpuconsole.record.recorder import Recorder
-from gpuconsole.record.when import clock
-from gpuconsole.screens.alerts import AlertsScreen, row_key
-from gpuconsole.screens.triage import TriageScreen
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.headless import record_fleet
+from gpuconsole.fleet.poller import collect
+from gpuconsole.fleet.record.reader import Recording
+from gpuconsole.fleet.record.recorder import Recorder
+from gpuconsole.fleet.record.when import clock
+from gpuconsole.fleet.session import FleetSession
 from gpuconsole.telemetry.sim import SimRack, SimSource
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.messages import FleetUpdated
+from gpuconsole.ui.screens.alerts import AlertsScreen, row_key
+from gpuconsole.ui.screens.triage import TriageScreen
 
 HISTORY_S = 120
 LOST = ("h100-01", 3)

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from gpuconsole.cli import main
-from gpuconsole.commands import exits
-from gpuconsole.untrusted import UNSAFE
+from gpuconsole.cli.commands import exits
+from gpuconsole.cli.main import main
+from gpuconsole.core.untrusted import UNSAFE
 
 ROOT = Path(__file__).resolve().parent.parent
 DUMP = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-q-loaded.xml"

@@ -7,17 +7,17 @@ import threading
 
 from rich.text import Text
 
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.engine import AlertEngine
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.model import HostSnapshot
-from gpuconsole.poller import collect
-from gpuconsole.screens.fleet import FleetScreen
-from gpuconsole.screens.help import HelpScreen
-from gpuconsole.screens.host import HostScreen
+from gpuconsole.core.model import HostSnapshot
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.engine import AlertEngine
+from gpuconsole.fleet.poller import collect
 from gpuconsole.telemetry.sim import SimSource
-from gpuconsole.widgets.keyed_table import KeyedTable
-from gpuconsole.widgets.steady import Steady
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.screens.fleet import FleetScreen
+from gpuconsole.ui.screens.help import HelpScreen
+from gpuconsole.ui.screens.host import HostScreen
+from gpuconsole.ui.widgets.keyed_table import KeyedTable
+from gpuconsole.ui.widgets.steady import Steady
 
 
 def tick(app, clock, seconds: float = 1.0) -> None:

@@ -17,21 +17,21 @@ from test_nvml_fake import FakeNvml
 from test_record import START, record_incident
 from textual.pilot import Pilot
 
-from gpuconsole import health
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.clock import ManualClock
-from gpuconsole.model import GpuState, HostSnapshot
-from gpuconsole.record.reader import Recording
-from gpuconsole.record.when import clock
-from gpuconsole.replay_app import ReplayApp
-from gpuconsole.screens.gpu import RANGES_S, GpuScreen, _traffic
-from gpuconsole.screens.host import HostScreen
-from gpuconsole.store import HISTORY_READINGS
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.core.model import GpuState, HostSnapshot
+from gpuconsole.core.untrusted import vetted
+from gpuconsole.fleet.record.reader import Recording
+from gpuconsole.fleet.record.when import clock
+from gpuconsole.fleet.store import HISTORY_READINGS
+from gpuconsole.rules import health
 from gpuconsole.telemetry.nvml import NvmlSource
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
-from gpuconsole.untrusted import vetted
-from gpuconsole.widgets.keyed_table import KeyedTable
-from gpuconsole.widgets.time_plot import TimePlot
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.replay_app import ReplayApp
+from gpuconsole.ui.screens.gpu import RANGES_S, GpuScreen, _traffic
+from gpuconsole.ui.screens.host import HostScreen
+from gpuconsole.ui.widgets.keyed_table import KeyedTable
+from gpuconsole.ui.widgets.time_plot import TimePlot
 
 THERMAL = ("a100-01", 2)
 """The demo's GPU whose cooling fails: it throttles on heat whenever a job drives it."""
@@ -319,7 +319,7 @@ def test_a_hostile_serial_or_vbios_is_shown_not_obeyed() -> None:
 @pytest.fixture
 def recorded(tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, float]:
     """60 s of the demo rack, XID 79 on l40s-01's GPU 1 from second 30."""
-    from gpuconsole import paths
+    from gpuconsole.core import paths
 
     monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "incident.sqlite"
@@ -376,8 +376,8 @@ async def test_live_the_span_the_store_no_longer_holds_comes_from_the_consoles_r
 ) -> None:
     """Five minutes recorded, two held in memory: the plot's five minutes are whole, the older
     three read from the recording the console writes; without a recording, two minutes."""
-    from gpuconsole import paths
-    from gpuconsole.record.recorder import Recorder
+    from gpuconsole.core import paths
+    from gpuconsole.fleet.record.recorder import Recorder
 
     monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "console.sqlite"

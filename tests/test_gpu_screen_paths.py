@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from static_source import StaticSource
 
-from gpuconsole import fields
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.model import HostSnapshot
-from gpuconsole.record import codec
-from gpuconsole.screens.gpu import GpuScreen
+from gpuconsole.core import fields
+from gpuconsole.core.model import HostSnapshot
+from gpuconsole.fleet.record import codec
 from gpuconsole.telemetry.wire import AgentStream, Reading
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.screens.gpu import GpuScreen
 
 RECORDED = Path(__file__).parent / "fixtures" / "h100"
 MOVING = {"PCIe traffic"}

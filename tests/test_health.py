@@ -6,9 +6,8 @@ import dataclasses
 
 import pytest
 
-from gpuconsole import xid
-from gpuconsole.health import RULES, evaluate, host_state_finding
-from gpuconsole.model import (
+from gpuconsole.core import xid
+from gpuconsole.core.model import (
     EccCounts,
     Finding,
     GpuProcess,
@@ -20,7 +19,8 @@ from gpuconsole.model import (
     Severity,
     XidEvent,
 )
-from gpuconsole.untrusted import vetted
+from gpuconsole.core.untrusted import vetted
+from gpuconsole.rules.health import RULES, evaluate, host_state_finding
 
 HOST = "node1"
 
@@ -517,7 +517,7 @@ def test_host_state_finding_without_reason() -> None:
 
 
 def test_temp_high_threshold_is_configurable() -> None:
-    from gpuconsole.health import Thresholds
+    from gpuconsole.rules.health import Thresholds
 
     gpu = healthy(0, temperature_c=80.0)
     assert "temp-high" not in codes(evaluate(snap(gpu)))

@@ -11,11 +11,11 @@ import pytest
 from conftest import EPOCH
 from textual.pilot import Pilot
 
-from gpuconsole import paths
 from gpuconsole.bench.history import BenchHistory, BenchResult
 from gpuconsole.bench.review import host_review
-from gpuconsole.screens.history import HistoryScreen
-from gpuconsole.screens.host import HostScreen
+from gpuconsole.core import paths
+from gpuconsole.ui.screens.history import HistoryScreen
+from gpuconsole.ui.screens.host import HostScreen
 
 H100 = "NVIDIA H100 80GB HBM3"
 DAY = 86_400.0

@@ -24,10 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from promserver import promtool, promtool_available
 
-from gpuconsole.alerts.config import MAX_FILE_BYTES, load_rules, merge_rules
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.expr import MAX_CONDITION_CHARS, MAX_DEPTH, READINGS, ExprError, parse
-from gpuconsole.alerts.rules import (
+from gpuconsole.fleet.alerts.config import MAX_FILE_BYTES, load_rules, merge_rules
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.expr import MAX_CONDITION_CHARS, MAX_DEPTH, READINGS, ExprError, parse
+from gpuconsole.fleet.alerts.rules import (
     MAX_DURATION_MS,
     AlertRule,
     RuleError,

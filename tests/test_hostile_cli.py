@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuconsole import audit, global_options, paths
-from gpuconsole.cli import build_parser, main
+from gpuconsole.cli import global_options
+from gpuconsole.cli.main import build_parser, main
+from gpuconsole.core import audit, paths
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
@@ -314,7 +315,7 @@ def test_a_refusal_quoting_a_host_reaches_the_terminal_as_text(
 ) -> None:
     """A refusal's line may quote what a host or a server said: it goes out through the same
     guard as the command's other output, escape sequences made visible."""
-    from gpuconsole.commands import exits, snapshot
+    from gpuconsole.cli.commands import exits, snapshot
 
     def refuse(args: object) -> int:
         raise exits.Refused("gpu01: \x1b]0;pwned\x07\x1b[2Jno reading", code=2)

@@ -32,12 +32,12 @@ from hostile import (
 from sshd import Sshd, sshd_available, user_env
 from standin import write_standin_smi
 
-from gpuconsole.health import evaluate
+from gpuconsole.core.model import HostSnapshot
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.source import SshSource
 from gpuconsole.hosts.supervisor import Backoff, Supervisor
-from gpuconsole.model import HostSnapshot
-from gpuconsole.terminal import PLAIN_OUTPUT_ENV
+from gpuconsole.rules.health import evaluate
+from gpuconsole.ui.terminal import PLAIN_OUTPUT_ENV
 
 needs_sshd = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
 

@@ -29,28 +29,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_record import START, full_snapshot, record_incident
 
-from gpuconsole import paths
-from gpuconsole.cli import main
-from gpuconsole.commands.options import MAX_DEMO_HOSTS
-from gpuconsole.fleet import FleetSession
-from gpuconsole.model import HostState
-from gpuconsole.poller import Reading
-from gpuconsole.record import codec, reader
-from gpuconsole.record.reader import DamagedReading, Recording
-from gpuconsole.record.recorder import MAX_QUEUED_TICKS, Recorder, Tick
-from gpuconsole.record.replay import ReplaySource
-from gpuconsole.record.retention import Maintenance, Retention, Tier
-from gpuconsole.record.schema import (
+from gpuconsole.cli.commands.options import MAX_DEMO_HOSTS
+from gpuconsole.cli.main import main
+from gpuconsole.core import paths
+from gpuconsole.core.model import HostState
+from gpuconsole.fleet.poller import Reading
+from gpuconsole.fleet.record import codec, reader
+from gpuconsole.fleet.record.reader import DamagedReading, Recording
+from gpuconsole.fleet.record.recorder import MAX_QUEUED_TICKS, Recorder, Tick
+from gpuconsole.fleet.record.replay import ReplaySource
+from gpuconsole.fleet.record.retention import Maintenance, Retention, Tier
+from gpuconsole.fleet.record.schema import (
     MAX_META_CHARS,
     RecordingError,
     create,
     open_for_writing,
 )
-from gpuconsole.record.when import stamp
-from gpuconsole.replay_app import ReplayApp
+from gpuconsole.fleet.record.when import stamp
+from gpuconsole.fleet.session import FleetSession
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.sim import SimRack
-from gpuconsole.widgets.damage_bar import DamageBar
+from gpuconsole.ui.replay_app import ReplayApp
+from gpuconsole.ui.widgets.damage_bar import DamageBar
 
 SECONDS = 60
 DAMAGED_FROM = 20

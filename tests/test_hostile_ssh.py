@@ -24,14 +24,14 @@ from hypothesis import strategies as st
 from pilot_wait import until
 from sshd import Sshd, gone, run_gpuconsole, running, sshd_available, wait_for
 
-from gpuconsole.actions.verify.shell import SshShell
-from gpuconsole.app import GpuConsoleApp
+from gpuconsole.actions.shell import SshShell
+from gpuconsole.core.model import HostState
 from gpuconsole.hosts import ssh
 from gpuconsole.hosts.inventory import HostDefaults, HostEntry, InventoryError, load_inventory
 from gpuconsole.hosts.source import FleetSource, SshSource
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings, connect
 from gpuconsole.hosts.supervisor import Backoff, Supervisor
-from gpuconsole.model import HostState
+from gpuconsole.ui.app import GpuConsoleApp
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
 

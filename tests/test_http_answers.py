@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gpuconsole.alerts.alertmanager import (
+from gpuconsole.core.model import Severity
+from gpuconsole.fleet.alerts.alertmanager import (
     AlertmanagerSender,
     AlertmanagerSettings,
     DeliveryError,
 )
-from gpuconsole.alerts.engine import FIRING, Alert
-from gpuconsole.model import Severity
+from gpuconsole.fleet.alerts.engine import FIRING, Alert
 from gpuconsole.telemetry.prometheus import PrometheusApi, PrometheusError, PrometheusSource
 
 TIMEOUT = 2.0

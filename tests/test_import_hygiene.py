@@ -11,13 +11,16 @@ from pathlib import Path
 
 import pytest
 
-import gpuconsole.commands
+import gpuconsole.cli.commands
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 ENTRY_MODULES = (
-    "gpuconsole.cli",
-    *(f"gpuconsole.commands.{m.name}" for m in pkgutil.iter_modules(gpuconsole.commands.__path__)),
+    "gpuconsole.cli.main",
+    *(
+        f"gpuconsole.cli.commands.{m.name}"
+        for m in pkgutil.iter_modules(gpuconsole.cli.commands.__path__)
+    ),
 )
 """What `gpuconsole SUBCOMMAND` imports before it runs: the static contracts cannot speak for
 them (they import the app inside the console's runner), so they are probed at run time."""
@@ -44,7 +47,7 @@ def test_a_broken_contract_fails_lint_imports(tmp_path: Path) -> None:
     config.write_text(
         "[importlinter]\nroot_package = gpuconsole\ninclude_external_packages = True\n\n"
         "[importlinter:contract:probe]\nname = probe\ntype = forbidden\n"
-        "source_modules = gpuconsole.app\nforbidden_modules = textual\n"
+        "source_modules = gpuconsole.ui.app\nforbidden_modules = textual\n"
     )
     result = subprocess.run(
         [str(LINT_IMPORTS), str(config)], cwd=ROOT, capture_output=True, text=True, timeout=300
@@ -71,7 +74,7 @@ def test_a_command_module_loads_no_textual_until_it_runs(module: str) -> None:
 def test_probe_detects_textual() -> None:
     """The probe itself can fail: the app module does import Textual."""
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, "gpuconsole.app"],
+        [sys.executable, "-c", PROBE, "gpuconsole.ui.app"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -83,7 +86,7 @@ def test_probe_detects_textual() -> None:
 
 CONSOLE_WITHOUT_SSH = """
 import sys
-from gpuconsole.app import GpuConsoleApp
+from gpuconsole.ui.app import GpuConsoleApp
 from gpuconsole.hosts.source import FleetSource
 from gpuconsole.telemetry.local import local_source
 from gpuconsole.telemetry.sim import SimSource

@@ -8,7 +8,7 @@ from textwrap import dedent
 
 import pytest
 
-from gpuconsole import paths
+from gpuconsole.core import paths
 from gpuconsole.hosts import inventory
 from gpuconsole.hosts.inventory import (
     HostDefaults,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from gpuconsole.model import XidEvent
+from gpuconsole.core.model import XidEvent
 from gpuconsole.telemetry import kernel_log
 from gpuconsole.telemetry.kernel_log import parse_xid_lines, pci_address, read_kernel_xids
 

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
-from gpuconsole.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, same_cell
+from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, same_cell
 
 COLUMNS = (ColumnSpec("host", "Host", 10), ColumnSpec("util", "Util", 6))
 

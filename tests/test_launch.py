@@ -16,7 +16,6 @@ from sshd import user_env
 from standin import write_standin_smi
 from test_topology_screen import ranked
 
-from gpuconsole import paths
 from gpuconsole.actions.launch.commands import (
     RECIPE_DIR,
     LaunchError,
@@ -30,12 +29,13 @@ from gpuconsole.actions.launch.commands import (
 from gpuconsole.actions.launch.run import parse_event, start_failure
 from gpuconsole.actions.launch.session import host_gpus, launch, plan_launch
 from gpuconsole.actions.verify.model import Output
+from gpuconsole.core import paths
+from gpuconsole.core.model import Topology
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.model import Topology
-from gpuconsole.screens.topology import advice, left_out
 from gpuconsole.telemetry.sim import PROFILES, SimRack
 from gpuconsole.telemetry.smi.topo import parse_topo_m
-from gpuconsole.widgets.cells import Palette
+from gpuconsole.ui.screens.topology import advice, left_out
+from gpuconsole.ui.widgets.cells import Palette
 
 SPEC = LaunchSpec("resnet50", "tuned", steps=50, extra=("--batch-size", "256"))
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"

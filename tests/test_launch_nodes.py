@@ -22,7 +22,7 @@ from gpuconsole.actions.launch.nodes import parse_probe, probe_command
 from gpuconsole.actions.launch.run import run_on_nodes
 from gpuconsole.actions.launch.session import ACTION
 from gpuconsole.actions.session import HostShell
-from gpuconsole.actions.verify.shell import LocalShell
+from gpuconsole.actions.shell import LocalShell
 
 SPEC = LaunchSpec("resnet50", "tuned", steps=3)
 

@@ -13,7 +13,7 @@ import pytest
 from sshd import user_env
 from standin import write_standin_smi
 
-from gpuconsole import paths
+from gpuconsole.core import paths
 
 pytest.importorskip("torch")
 

@@ -19,7 +19,7 @@ import pytest
 
 import gpuconsole.actions.memory.oom as oom
 from gpuconsole.actions.memory.oom import OomParseError, diagnose, parse_oom
-from gpuconsole.model import GpuProcess
+from gpuconsole.core.model import GpuProcess
 
 # PyTorch up to 1.4: the last field said "cached".
 V1_4 = (

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from pilot_wait import until
 
-from gpuconsole import paths
 from gpuconsole.actions.memory.session import DoctorRequest, Schedule
 from gpuconsole.actions.memory.trials import parse_fixes
+from gpuconsole.core import paths
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.screens.memory import MemoryScreen
-from gpuconsole.screens.run import RunScreen
+from gpuconsole.ui.screens.memory import MemoryScreen
+from gpuconsole.ui.screens.run import RunScreen
 
 HERE = Target("here", None, Context("here"))
 TINY = ("--tiny", "--device", "cpu")

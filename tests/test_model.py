@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuconsole.model import (
+from gpuconsole.core.model import (
     SLOWDOWN_REASONS,
     THROTTLE_REASONS,
     Finding,

@@ -20,7 +20,7 @@ import psutil
 import pynvml
 import pytest
 
-from gpuconsole.model import (
+from gpuconsole.core.model import (
     EccCounts,
     GpuProcess,
     GpuState,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuconsole.model import PCIE_LINK_RANK, nvlink_count
+from gpuconsole.core.model import PCIE_LINK_RANK, nvlink_count
 from gpuconsole.telemetry.nvml import NvmlSource, nvml_unavailable_reason
 
 REASON = nvml_unavailable_reason()

@@ -7,7 +7,7 @@ import threading
 import pynvml
 import pytest
 
-from gpuconsole.model import THROTTLE_REASONS, XidEvent
+from gpuconsole.core.model import THROTTLE_REASONS, XidEvent
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.nvml import (
     SWITCH,

@@ -6,7 +6,7 @@ where they are parsed.
 
 The cases of the issue run the real CLI. `test_every_pair_refused_is_one_not_read` walks the
 parser: for each command, every combination of the options that choose what it watches, held
-against what `gpuconsole.commands.sources` then reads.
+against what `gpuconsole.cli.commands.sources` then reads.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from test_hostile_cli import REQUIRED  # what each command needs besides its options
 
-from gpuconsole import global_options
-from gpuconsole.cli import build_parser
-from gpuconsole.commands import oom, sources
-from gpuconsole.commands.console import console_recorder
-from gpuconsole.commands.exits import Refused
+from gpuconsole.cli import global_options
+from gpuconsole.cli.commands import oom, sources
+from gpuconsole.cli.commands.console import console_recorder
+from gpuconsole.cli.commands.exits import Refused
+from gpuconsole.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
@@ -307,9 +307,9 @@ class _Stub:
 @pytest.fixture
 def nothing_opened(monkeypatch: pytest.MonkeyPatch) -> None:
     """The deciders as they are, the sources and recorders they would open stubbed."""
+    import gpuconsole.fleet.record.recorder
     import gpuconsole.hosts.source
     import gpuconsole.hosts.supervisor
-    import gpuconsole.record.recorder
     import gpuconsole.telemetry.local
     import gpuconsole.telemetry.prometheus
 
@@ -318,7 +318,7 @@ def nothing_opened(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpuconsole.hosts.source, "SshSource", _Stub)
     monkeypatch.setattr(gpuconsole.hosts.supervisor, "Supervisor", _Stub)
     monkeypatch.setattr(gpuconsole.telemetry.prometheus, "PrometheusSource", _Stub)
-    monkeypatch.setattr(gpuconsole.record.recorder, "Recorder", _Stub)
+    monkeypatch.setattr(gpuconsole.fleet.record.recorder, "Recorder", _Stub)
     monkeypatch.setattr(sources, "read_now", lambda _entry: argparse.Namespace(processes=()))
 
 

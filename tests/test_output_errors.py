@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from standin import write_standin_smi
 
-from gpuconsole import global_options
-from gpuconsole.cli import EXIT_OUTPUT, build_parser
+from gpuconsole.cli import global_options
+from gpuconsole.cli.main import EXIT_OUTPUT, build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUCONSOLE = (sys.executable, "-m", "gpuconsole")

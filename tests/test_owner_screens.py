@@ -18,15 +18,15 @@ from static_source import StaticSource
 from test_app import cell_text
 
 from gpuconsole.actions.service import ServiceResult
-from gpuconsole.app import GpuConsoleApp
+from gpuconsole.core.model import GpuProcess, GpuState, HostSnapshot, ProcessLoad, SlurmJob
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, ProcessLoad, SlurmJob
-from gpuconsole.screens.confirm import ConfirmScreen
-from gpuconsole.screens.host import HostScreen, process_columns
-from gpuconsole.screens.service import ReasonScreen, ServiceScreen
 from gpuconsole.telemetry.sim import SimSource
-from gpuconsole.widgets import cells
-from gpuconsole.widgets.keyed_table import KeyedTable
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.screens.confirm import ConfirmScreen
+from gpuconsole.ui.screens.host import HostScreen, process_columns
+from gpuconsole.ui.screens.service import ReasonScreen, ServiceScreen
+from gpuconsole.ui.widgets import cells
+from gpuconsole.ui.widgets.keyed_table import KeyedTable
 
 DRAINED = "h100-01"
 """The demo rack's host whose GPU 3 has fallen off the bus: its node is drained (`conftest`)."""

@@ -35,7 +35,8 @@ from standin import write_standin_smi
 from test_agent import SCRIPT, RunningAgent
 from test_wire import greeted, line, nvml_gpu, nvml_process, reading, smi_reading
 
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, KubePod, ProcessLoad
+from gpuconsole.core.model import GpuProcess, GpuState, HostSnapshot, KubePod, ProcessLoad
+from gpuconsole.core.untrusted import MAX_NAME_CHARS, vetted
 from gpuconsole.telemetry import agent as agent_module
 from gpuconsole.telemetry.agent import (
     DOCKER_TIMEOUT_S,
@@ -51,7 +52,6 @@ from gpuconsole.telemetry.agent import (
 from gpuconsole.telemetry.containers import container_of_pid
 from gpuconsole.telemetry.jobs import LocalOwners
 from gpuconsole.telemetry.wire import AgentStream, Reading, agent_command
-from gpuconsole.untrusted import MAX_NAME_CHARS, vetted
 
 WAIT_S = 15.0
 MISSING_PID = 4_194_305

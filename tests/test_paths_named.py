@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuconsole.cli import main
+from gpuconsole.cli.main import main
 from gpuconsole.hosts.check import MAX_CHECKED_HOSTS
 
 ROOT = Path(__file__).resolve().parent.parent

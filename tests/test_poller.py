@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from conftest import EPOCH, NOW
 
-from gpuconsole.clock import ManualClock
-from gpuconsole.model import HostState
-from gpuconsole.poller import Reading, collect, ingest, prime
-from gpuconsole.store import FleetStore
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.core.model import HostState
+from gpuconsole.fleet.poller import Reading, collect, ingest, prime
+from gpuconsole.fleet.store import FleetStore
 from gpuconsole.telemetry.sim import SimRack, SimSource
 
 BAD = "a100-02"

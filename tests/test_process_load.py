@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_agent import INSUFFICIENT_SIZE, FakeNvmlLibrary
 from test_nvml_fake import HOST, FakeNvml, MakeSource, nvml, source  # noqa: F401 (fixtures)
 
-from gpuconsole.model import ProcessLoad
+from gpuconsole.core.model import ProcessLoad
 from gpuconsole.telemetry import agent as agent_module
 from gpuconsole.telemetry.agent import (
     IDLE_LOAD,

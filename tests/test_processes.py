@@ -10,13 +10,13 @@ import sys
 import pytest
 from static_source import StaticSource
 
-from gpuconsole import paths
 from gpuconsole.actions.processes import LocalSignals, describe, signal_process
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot
-from gpuconsole.screens.confirm import ConfirmScreen
-from gpuconsole.screens.host import HostScreen
+from gpuconsole.core import paths
+from gpuconsole.core.model import GpuProcess, GpuState, HostSnapshot
 from gpuconsole.telemetry.agent import process_details
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.screens.confirm import ConfirmScreen
+from gpuconsole.ui.screens.host import HostScreen
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

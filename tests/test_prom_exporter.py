@@ -35,10 +35,10 @@ from promserver import (
 )
 from static_source import StaticSource
 
-from gpuconsole.cli import build_parser
-from gpuconsole.clock import ManualClock
-from gpuconsole.commands import exporter as exporter_command
-from gpuconsole.model import (
+from gpuconsole.cli.commands import exporter as exporter_command
+from gpuconsole.cli.main import build_parser
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.core.model import (
     GpuProcess,
     GpuState,
     HostSnapshot,

@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from promserver import promtool, promtool_available
 
-from gpuconsole.alerts.config import merge_rules
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.expr import READINGS
-from gpuconsole.alerts.rules import rule_from_dict
-from gpuconsole.model import GpuState, HostSnapshot
+from gpuconsole.core.model import GpuState, HostSnapshot
+from gpuconsole.fleet.alerts.config import merge_rules
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.expr import READINGS
+from gpuconsole.fleet.alerts.rules import rule_from_dict
 from gpuconsole.prom.rules_export import go_template, requirement, rule_expr, rules_yaml
 from gpuconsole.telemetry import dcgm
 

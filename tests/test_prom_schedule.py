@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from gpuconsole.clock import ManualClock
+from gpuconsole.core.clock import ManualClock
 from gpuconsole.telemetry import dcgm
 from gpuconsole.telemetry.prometheus import (
     FAST_READINGS,

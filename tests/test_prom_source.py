@@ -16,18 +16,16 @@ import pytest
 from conftest import EPOCH, NOW
 from promserver import Prometheus, free_port, prometheus_available
 
-from gpuconsole import health
-from gpuconsole.alerts.config import merge_rules
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.engine import AlertEngine
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.clock import ManualClock
-from gpuconsole.model import HostState, RowRemap
-from gpuconsole.poller import collect
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.core.model import HostState, RowRemap
+from gpuconsole.fleet.alerts.config import merge_rules
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.engine import AlertEngine
+from gpuconsole.fleet.poller import collect
 from gpuconsole.prom.exporter import Exporter
 from gpuconsole.prom.grafana import panels
 from gpuconsole.prom.rules_export import rule_expr, rules_yaml
-from gpuconsole.screens.fleet import FleetScreen
+from gpuconsole.rules import health
 from gpuconsole.telemetry import SourceError, dcgm
 from gpuconsole.telemetry.prometheus import (
     FAST_READINGS,
@@ -36,7 +34,9 @@ from gpuconsole.telemetry.prometheus import (
     PrometheusSource,
 )
 from gpuconsole.telemetry.sim import HostUnreachable, SimRack, demo_rack
-from gpuconsole.widgets.keyed_table import KeyedTable
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.screens.fleet import FleetScreen
+from gpuconsole.ui.widgets.keyed_table import KeyedTable
 
 pytestmark = pytest.mark.skipif(
     not prometheus_available(), reason="prometheus is not installed (Debian package prometheus)"

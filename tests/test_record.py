@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import EPOCH
 
-from gpuconsole import audit, paths
-from gpuconsole.clock import ManualClock
-from gpuconsole.headless import record_fleet
-from gpuconsole.model import (
+from gpuconsole.core import audit, paths
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.core.model import (
     EccCounts,
     GpuProcess,
     GpuState,
@@ -32,10 +31,11 @@ from gpuconsole.model import (
     Topology,
     XidEvent,
 )
-from gpuconsole.record import codec
-from gpuconsole.record.reader import Recording
-from gpuconsole.record.recorder import Recorder, Tick
-from gpuconsole.record.schema import RecordingError
+from gpuconsole.fleet.headless import record_fleet
+from gpuconsole.fleet.record import codec
+from gpuconsole.fleet.record.reader import Recording
+from gpuconsole.fleet.record.recorder import Recorder, Tick
+from gpuconsole.fleet.record.schema import RecordingError
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 
 START = EPOCH + 600.0
@@ -365,16 +365,16 @@ async def test_the_console_records_what_it_shows(make_app, clock, tmp_path: Path
 @pytest.mark.parametrize(
     "module",
     [
-        "gpuconsole.record.recorder",
-        "gpuconsole.record.reader",
-        "gpuconsole.record.replay",
-        "gpuconsole.record.retention",
-        "gpuconsole.headless",
-        "gpuconsole.commands.record",
-        "gpuconsole.commands.replay",
+        "gpuconsole.fleet.record.recorder",
+        "gpuconsole.fleet.record.reader",
+        "gpuconsole.fleet.record.replay",
+        "gpuconsole.fleet.record.retention",
+        "gpuconsole.fleet.headless",
+        "gpuconsole.cli.commands.record",
+        "gpuconsole.cli.commands.replay",
         "gpuconsole.actions.bundle.make",
-        "gpuconsole.commands.bundle",
-        "gpuconsole.triage_view",
+        "gpuconsole.cli.commands.bundle",
+        "gpuconsole.fleet.triage_list",
     ],
 )
 def test_recording_replay_and_bundles_never_import_textual(module: str) -> None:
@@ -400,7 +400,7 @@ def _console_args(**options: object) -> object:
 def test_the_console_records_by_default_but_not_the_demo_unless_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpuconsole.commands.console import console_recorder
+    from gpuconsole.cli.commands.console import console_recorder
 
     assert console_recorder(_console_args(no_record=True), "rack") is None
     assert console_recorder(_console_args(demo=True), "demo rack") is None
@@ -423,7 +423,7 @@ def test_the_console_records_by_default_but_not_the_demo_unless_asked(
 def test_record_refuses_a_file_that_is_not_a_recording(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpuconsole.cli import main
+    from gpuconsole.cli.main import main
 
     notes = tmp_path / "notes.txt"
     notes.write_text("mine\n")
@@ -434,8 +434,8 @@ def test_record_refuses_a_file_that_is_not_a_recording(
 
 
 def test_a_flapping_finding_is_one_episode_that_ends_when_it_went_away() -> None:
-    from gpuconsole.model import Finding
-    from gpuconsole.record.episodes import OnsetTracker
+    from gpuconsole.core.model import Finding
+    from gpuconsole.fleet.record.episodes import OnsetTracker
 
     capped = Finding(Severity.INFO, "power-cap", "at its cap", "expected", "n1", 0)
     tracker = OnsetTracker(grace_s=30.0)

@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpuconsole.record.reader import Recording
-from gpuconsole.record.schema import RecordingError
+from gpuconsole.fleet.record.reader import Recording
+from gpuconsole.fleet.record.schema import RecordingError
 
 REFRESH_S = 0.2
 # Commits come at most a second apart; a reading waits for the next commit at most that long,

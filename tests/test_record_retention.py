@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import EPOCH
 
-from gpuconsole.clock import ManualClock
-from gpuconsole.poller import collect, ingest
-from gpuconsole.record.reader import Recording
-from gpuconsole.record.recorder import Recorder, RecordingWriter, tick_of
-from gpuconsole.record.retention import CHUNK_S, Maintenance, Retention, Tier, parse_duration
-from gpuconsole.record.schema import create, open_for_writing
-from gpuconsole.store import FleetStore
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.fleet.poller import collect, ingest
+from gpuconsole.fleet.record.reader import Recording
+from gpuconsole.fleet.record.recorder import Recorder, RecordingWriter, tick_of
+from gpuconsole.fleet.record.retention import CHUNK_S, Maintenance, Retention, Tier, parse_duration
+from gpuconsole.fleet.record.schema import create, open_for_writing
+from gpuconsole.fleet.store import FleetStore
 from gpuconsole.telemetry.sim import SimRack, SimSource
 
 START = EPOCH + 300.0

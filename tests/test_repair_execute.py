@@ -15,12 +15,12 @@ import asyncssh
 import pytest
 from sshd import Sshd, sshd_available
 
-from gpuconsole import paths
 from gpuconsole.actions.repair.execute import command_line, execute
 from gpuconsole.actions.repair.model import Plan, Step
 from gpuconsole.actions.repair.session import ACTION
 from gpuconsole.actions.session import HostShell
-from gpuconsole.actions.verify.shell import LocalShell, Shell, SshShell
+from gpuconsole.actions.shell import LocalShell, Shell, SshShell
+from gpuconsole.core import paths
 
 TOOLS = ("apt-get", "dkms", "modprobe", "update-initramfs", "systemctl", "mokutil")
 

@@ -10,8 +10,8 @@ from pilot_wait import until
 from test_repair_execute import calls, write_tools
 
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.screens.confirm import ConfirmScreen
-from gpuconsole.screens.repair import RepairScreen
+from gpuconsole.ui.screens.confirm import ConfirmScreen
+from gpuconsole.ui.screens.repair import RepairScreen
 
 PLAN_S = 30.0
 
@@ -64,7 +64,7 @@ async def test_the_panel_diagnoses_then_runs_a_plan_only_after_yes(make_app, log
 
 
 async def test_a_simulated_host_has_nothing_to_repair(make_app) -> None:
-    from gpuconsole.screens.host import HostScreen
+    from gpuconsole.ui.screens.host import HostScreen
 
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

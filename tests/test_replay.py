@@ -14,19 +14,19 @@ import pytest
 from conftest import EPOCH
 from test_record import START, record_incident
 
-from gpuconsole import paths
-from gpuconsole.cli import main
-from gpuconsole.model import HostState
-from gpuconsole.record.reader import Recording
-from gpuconsole.record.replay import ReplaySource
-from gpuconsole.record.when import clock
-from gpuconsole.replay_app import ReplayApp
-from gpuconsole.screens.goto import GoToScreen
-from gpuconsole.screens.host import HostScreen
-from gpuconsole.screens.triage import TriageScreen
+from gpuconsole.cli.main import main
+from gpuconsole.core import paths
+from gpuconsole.core.model import HostState
+from gpuconsole.fleet.record.reader import Recording
+from gpuconsole.fleet.record.replay import ReplaySource
+from gpuconsole.fleet.record.when import clock
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.sim import SimRack
-from gpuconsole.widgets.cursor_bar import CursorBar
+from gpuconsole.ui.replay_app import ReplayApp
+from gpuconsole.ui.screens.goto import GoToScreen
+from gpuconsole.ui.screens.host import HostScreen
+from gpuconsole.ui.screens.triage import TriageScreen
+from gpuconsole.ui.widgets.cursor_bar import CursorBar
 
 FAULT_AT = 30
 
@@ -297,7 +297,7 @@ def opened_at(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     monkeypatch.setattr(ReplayApp, "run", lambda app: asyncio.run(pilot_run(app)))
     # the pilot is its terminal
-    monkeypatch.setattr("gpuconsole.commands.replay.refuse_without_terminal", lambda _: None)
+    monkeypatch.setattr("gpuconsole.cli.commands.replay.refuse_without_terminal", lambda _: None)
     return cursors
 
 

@@ -9,8 +9,8 @@ from pilot_wait import until
 
 from gpuconsole.actions.launch.commands import LaunchSpec
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.screens.confirm import ConfirmScreen
-from gpuconsole.screens.run import RunScreen
+from gpuconsole.ui.screens.confirm import ConfirmScreen
+from gpuconsole.ui.screens.run import RunScreen
 
 CPU = ("--tiny", "--device", "cpu", "--warmup-steps", "1", "--log-every", "1")
 HERE = Target("here", None, Context("here"))
@@ -56,10 +56,10 @@ async def test_a_run_stopped_from_the_panel_leaves_nothing_running(make_app) -> 
 async def test_b_asks_before_it_runs_anything(make_app) -> None:
     from static_source import StaticSource
 
-    from gpuconsole.app import GpuConsoleApp
+    from gpuconsole.core.model import GpuState, HostSnapshot
     from gpuconsole.hosts.source import FleetSource
-    from gpuconsole.model import GpuState, HostSnapshot
-    from gpuconsole.screens.host import HostScreen
+    from gpuconsole.ui.app import GpuConsoleApp
+    from gpuconsole.ui.screens.host import HostScreen
 
     source = FleetSource(StaticSource(HostSnapshot("here", 1.0, (GpuState(0),))), None)
     app = GpuConsoleApp(source, auto_poll=False, background_start=False)

@@ -25,12 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sshd import Sshd, wait_for
 
-from gpuconsole import paths
 from gpuconsole.actions.processes import LocalSignals, signal_process
+from gpuconsole.core import paths
+from gpuconsole.core.model import GpuProcess
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.source import SshSource
 from gpuconsole.hosts.supervisor import Backoff, Supervisor
-from gpuconsole.model import GpuProcess
 from gpuconsole.telemetry import agent
 from gpuconsole.telemetry.agent import command_line, process_details
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from gpuconsole.clock import ManualClock
-from gpuconsole.model import GpuState, HostSnapshot, XidEvent
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.core.model import GpuState, HostSnapshot, XidEvent
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.sim import (
     DEFAULT_EPOCH,

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from slurm import Slurm
 from test_wire import greeted, line, nvml_gpu, nvml_process, reading, smi_reading
 
-from gpuconsole.model import SlurmJob
+from gpuconsole.core.model import SlurmJob
 from gpuconsole.telemetry.agent import (
     SQUEUE_FORMAT,
     SlurmJobs,

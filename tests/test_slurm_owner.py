@@ -24,11 +24,11 @@ from static_source import StaticSource
 from test_app import cell_text
 from test_slurm_jobs import WAIT_S, job_process
 
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot
-from gpuconsole.screens.host import HostScreen
+from gpuconsole.core.model import GpuProcess, GpuState, HostSnapshot
 from gpuconsole.telemetry.agent import Owners, SlurmJobs
 from gpuconsole.telemetry.jobs import LocalOwners
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.screens.host import HostScreen
 
 JOB_NAME = "llama-ft"
 JOB_COMMAND = ["sleep", "300"]

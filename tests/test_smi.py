@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from smi_captures import NOHEADER_FIELDS, fixture
 
-from gpuconsole.model import EccCounts, GpuProcess, GpuState, PcieLink, RowRemap, Topology
+from gpuconsole.core.model import EccCounts, GpuProcess, GpuState, PcieLink, RowRemap, Topology
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.smi import (
     QUERY_GPU_FIELDS,

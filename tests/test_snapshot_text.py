@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from conftest import NOW
 
-from gpuconsole.cli_output import snapshot_text
-from gpuconsole.model import (
+from gpuconsole.cli.output import snapshot_text
+from gpuconsole.core.model import (
     GpuProcess,
     GpuState,
     HostSnapshot,

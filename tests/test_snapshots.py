@@ -19,21 +19,21 @@ from test_repair_plans import UBUNTU, plan
 from test_verify_screen import CHECKS, REPORTS, TARGETS, canned
 from textual.pilot import Pilot
 
-from gpuconsole import paths
 from gpuconsole.actions.memory.session import MemoryReport
 from gpuconsole.actions.memory.trials import Fixes, Trial
 from gpuconsole.actions.repair.model import Cause, Diagnosis, Walked
 from gpuconsole.actions.repair.session import RepairReport
 from gpuconsole.bench.history import BenchHistory
+from gpuconsole.core import paths
+from gpuconsole.fleet.record.reader import Recording
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.record.reader import Recording
-from gpuconsole.replay_app import ReplayApp
-from gpuconsole.screens.history import HistoryScreen
-from gpuconsole.screens.memory import MemoryScreen
-from gpuconsole.screens.repair import RepairScreen
-from gpuconsole.screens.run import RunScreen
-from gpuconsole.screens.verify import VerifyScreen
 from gpuconsole.telemetry.sim import SimRack
+from gpuconsole.ui.replay_app import ReplayApp
+from gpuconsole.ui.screens.history import HistoryScreen
+from gpuconsole.ui.screens.memory import MemoryScreen
+from gpuconsole.ui.screens.repair import RepairScreen
+from gpuconsole.ui.screens.run import RunScreen
+from gpuconsole.ui.screens.verify import VerifyScreen
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 HERE = Target("gpu-a", None, Context("gpu-a"))

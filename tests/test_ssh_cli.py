@@ -13,12 +13,12 @@ import pytest
 from pilot_wait import until
 from sshd import Sshd, free_port, run_gpuconsole, sshd_available
 
-from gpuconsole.app import GpuConsoleApp
+from gpuconsole.core.model import HostState
 from gpuconsole.hosts.inventory import hosts_from_option
 from gpuconsole.hosts.source import FleetSource, SshSource
 from gpuconsole.hosts.supervisor import Backoff, Supervisor
-from gpuconsole.model import HostState
-from gpuconsole.screens.fleet import FleetScreen
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.screens.fleet import FleetScreen
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
 

@@ -20,15 +20,15 @@ import psutil
 import pytest
 from sshd import Sshd, free_port, keygen, sshd_available, wait_for
 
-from gpuconsole import paths
 from gpuconsole.actions.processes import signal_process
+from gpuconsole.core import paths
+from gpuconsole.core.model import GpuProcess, HostState
+from gpuconsole.fleet.poller import collect, ingest
+from gpuconsole.fleet.store import FleetStore
 from gpuconsole.hosts.inventory import HostDefaults, HostEntry
 from gpuconsole.hosts.source import SshSource
 from gpuconsole.hosts.ssh import SshSettings
 from gpuconsole.hosts.supervisor import Backoff, Supervisor
-from gpuconsole.model import GpuProcess, HostState
-from gpuconsole.poller import collect, ingest
-from gpuconsole.store import FleetStore
 from gpuconsole.telemetry.agent import process_details
 from gpuconsole.telemetry.wire import AGENT_MARKER, agent_script
 

@@ -40,8 +40,8 @@ from ssh_judge import (
 )
 from sshd import free_port
 
+from gpuconsole.core.model import HostState
 from gpuconsole.hosts.ssh_keywords import KEYWORDS, Rule
-from gpuconsole.model import HostState
 
 pytestmark = [needs_openssh, pytest.mark.usefixtures("no_agent")]
 

@@ -38,7 +38,7 @@ from ssh_judge import (
 )
 from sshd import SSH_KEYGEN, keygen
 
-from gpuconsole.model import HostState
+from gpuconsole.core.model import HostState
 
 pytestmark = [needs_openssh, pytest.mark.usefixtures("no_agent")]
 

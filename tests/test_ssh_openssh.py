@@ -33,8 +33,8 @@ from ssh_judge import (
 )
 from sshd import SSH_KEYGEN, keygen
 
+from gpuconsole.core.model import HostState
 from gpuconsole.hosts.ssh_config import read_ssh_config
-from gpuconsole.model import HostState
 
 pytestmark = [needs_openssh, pytest.mark.usefixtures("no_agent")]
 

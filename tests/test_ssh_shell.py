@@ -10,7 +10,7 @@ import asyncssh
 import pytest
 from sshd import Sshd, gone, running, sshd_available
 
-from gpuconsole.actions.verify.shell import SshShell
+from gpuconsole.actions.shell import SshShell
 
 pytestmark = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from conftest import EPOCH, NOW
 
-from gpuconsole.model import GpuState, HostSnapshot, HostState, Severity
-from gpuconsole.store import FleetStore
+from gpuconsole.core.model import GpuState, HostSnapshot, HostState, Severity
+from gpuconsole.fleet.store import FleetStore
 from gpuconsole.telemetry.sim import SimRack
 
 HOST = "node1"

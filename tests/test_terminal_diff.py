@@ -37,11 +37,11 @@ from textual import events
 from textual.drivers.linux_driver import LinuxDriver
 from textual.geometry import Size
 
-from gpuconsole.app import GpuConsoleApp
-from gpuconsole.terminal import PLAIN_OUTPUT_ENV, console_driver
-from gpuconsole.terminal.diff import MAX_SEQUENCE_CHARS, SYNC_END, SYNC_START, ScreenDiff
-from gpuconsole.terminal.driver import DiffDriver
-from gpuconsole.terminal.sgr import PLAIN, Pen, apply_sgr, sgr_change
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.ui.terminal import PLAIN_OUTPUT_ENV, console_driver
+from gpuconsole.ui.terminal.diff import MAX_SEQUENCE_CHARS, SYNC_END, SYNC_START, ScreenDiff
+from gpuconsole.ui.terminal.driver import DiffDriver
+from gpuconsole.ui.terminal.sgr import PLAIN, Pen, apply_sgr, sgr_change
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -550,7 +550,7 @@ async def test_headless_runs_keep_textuals_driver(make_app) -> None:  # type: ig
 
 RECORDER = '''
 import json, os, time
-from gpuconsole.terminal.driver import DiffDriver
+from gpuconsole.ui.terminal.driver import DiffDriver
 
 class RecordingDriver(DiffDriver):
     """Logs what Textual writes, and each size it is told, before the filter sees them."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuconsole.terminal import PLAIN_OUTPUT_ENV
+from gpuconsole.ui.terminal import PLAIN_OUTPUT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSOLE = [sys.executable, "-m", "gpuconsole", "--demo"]
@@ -295,8 +295,8 @@ def test_a_stop_signal_leaves_the_terminal_as_quitting_does(
 
 
 HUNG_EXIT = (
-    "from gpuconsole.app import GpuConsoleApp\n"
-    "from gpuconsole.cli import main\n"
+    "from gpuconsole.ui.app import GpuConsoleApp\n"
+    "from gpuconsole.cli.main import main\n"
     "GpuConsoleApp.exit = lambda *_, **__: None  # a way out that never comes\n"
     "raise SystemExit(main(['--demo']))\n"
 )
@@ -310,7 +310,7 @@ def test_a_way_out_that_hangs_still_restores_the_terminal(
     """Where the app does not exit, the driver restores the terminal itself and ends the
     process: `STOP_GRACE_S` after the signal, or at once at a second one (`kill` again, as one
     does when the first seems slow)."""
-    from gpuconsole.terminal.driver import STOP_GRACE_S
+    from gpuconsole.ui.terminal.driver import STOP_GRACE_S
 
     console = in_pty([sys.executable, "-c", HUNG_EXIT], environment(tmp_path))
     assert console.read(shown, 60), bytes(console.output[-2000:])

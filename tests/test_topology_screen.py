@@ -13,10 +13,16 @@ from test_app import tick
 from test_model import topologies, worst_pair
 from textual.widgets import Static
 
-from gpuconsole.model import Finding, GpuState, HostSnapshot, Severity, Topology, XidEvent
-from gpuconsole.screens.topology import SETS_SHOWN, TopologyScreen, advice, left_out, offered_sizes
+from gpuconsole.core.model import Finding, GpuState, HostSnapshot, Severity, Topology, XidEvent
 from gpuconsole.telemetry.sim import PROFILES
-from gpuconsole.widgets.cells import Palette
+from gpuconsole.ui.screens.topology import (
+    SETS_SHOWN,
+    TopologyScreen,
+    advice,
+    left_out,
+    offered_sizes,
+)
+from gpuconsole.ui.widgets.cells import Palette
 
 PALETTE = Palette({})
 _LINE = re.compile(r"best (\d+) GPUs: (.*)")

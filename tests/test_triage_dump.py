@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from gpuconsole import health
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, RowRemap
+from gpuconsole.core.model import GpuProcess, GpuState, HostSnapshot, RowRemap
+from gpuconsole.rules import health
 from gpuconsole.telemetry.sim import DEFAULT_EPOCH, FAULTS, SimRack, demo_rack
 from gpuconsole.telemetry.smi import parse_xml
 from gpuconsole.telemetry.smi_xml import dump_xml

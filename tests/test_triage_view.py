@@ -12,10 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_app import tick
 
-from gpuconsole.alerts.defaults import DEFAULT_RULES
-from gpuconsole.alerts.engine import FIRING, PENDING, Alert
-from gpuconsole.alerts.rules import rule_from_dict
-from gpuconsole.model import (
+from gpuconsole.core.model import (
     Finding,
     GpuProcess,
     GpuState,
@@ -24,12 +21,15 @@ from gpuconsole.model import (
     SlurmJob,
     XidEvent,
 )
-from gpuconsole.record.episodes import ALERT, FINDING, finding_ident
-from gpuconsole.screens.gpu import GpuScreen
-from gpuconsole.screens.triage import TriageScreen
-from gpuconsole.store import FleetStore
-from gpuconsole.triage_view import alert_next_step, triage_items, watched_codes
-from gpuconsole.widgets.keyed_table import KeyedTable
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.engine import FIRING, PENDING, Alert
+from gpuconsole.fleet.alerts.rules import rule_from_dict
+from gpuconsole.fleet.record.episodes import ALERT, FINDING, finding_ident
+from gpuconsole.fleet.store import FleetStore
+from gpuconsole.fleet.triage_list import alert_next_step, triage_items, watched_codes
+from gpuconsole.ui.screens.gpu import GpuScreen
+from gpuconsole.ui.screens.triage import TriageScreen
+from gpuconsole.ui.widgets.keyed_table import KeyedTable
 
 RULES = {rule.name: rule for rule in DEFAULT_RULES}
 

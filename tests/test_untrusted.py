@@ -1,4 +1,4 @@
-"""The boundary where readings from outside become the model (`gpuconsole.untrusted`), and the
+"""The boundary where readings from outside become the model (`gpuconsole.core.untrusted`), and the
 guards on what reaches a terminal: properties over every input, and the issue's cases."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from hostile import UNSAFE, unsafe_texts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuconsole.health import evaluate
-from gpuconsole.model import (
+from gpuconsole.core.model import (
     EccCounts,
     GpuProcess,
     GpuState,
@@ -29,12 +28,20 @@ from gpuconsole.model import (
     Topology,
     XidEvent,
 )
+from gpuconsole.core.untrusted import (
+    MAX_GPUS,
+    MAX_NAME_CHARS,
+    MAX_TEXT_CHARS,
+    shown,
+    vetted,
+    visible,
+)
+from gpuconsole.rules.health import evaluate
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.prometheus import PrometheusSource
 from gpuconsole.telemetry.smi import parse_dump
-from gpuconsole.terminal.diff import ScreenDiff
-from gpuconsole.terminal.plain import GuardedStream, printable
-from gpuconsole.untrusted import MAX_GPUS, MAX_NAME_CHARS, MAX_TEXT_CHARS, shown, vetted, visible
+from gpuconsole.ui.terminal.diff import ScreenDiff
+from gpuconsole.ui.terminal.plain import GuardedStream, printable
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -28,7 +28,7 @@ from gpuconsole.actions.verify.model import (
 )
 from gpuconsole.actions.verify.probes import SMI_FIELDS, SMI_QUERY
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.limits import LINK_PASS_FRACTION
+from gpuconsole.rules.limits import LINK_PASS_FRACTION
 
 (CHECK,) = [c for c in hardware.CHECKS if c.id == "host-device-bandwidth"]
 GEN5_X16 = 32 * 16 * 128 / 130 / 8

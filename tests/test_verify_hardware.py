@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from standin import write_standin_smi
 
+from gpuconsole.actions.shell import LocalShell
 from gpuconsole.actions.verify import hardware, runner
 from gpuconsole.actions.verify.hardware import (
     DISK_FREE,
@@ -29,7 +30,6 @@ from gpuconsole.actions.verify.hardware import (
 )
 from gpuconsole.actions.verify.model import CheckResult, Output, Probe, Status
 from gpuconsole.actions.verify.probes import SMI_QUERY
-from gpuconsole.actions.verify.shell import LocalShell
 from gpuconsole.hosts.targets import Context
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from sshd import Sshd, free_port, sshd_available
 
+from gpuconsole.actions.shell import LocalShell
 from gpuconsole.actions.verify.model import Check, Evidence, Probe, Status, Verdict
 from gpuconsole.actions.verify.output import exit_code, reports_text
 from gpuconsole.actions.verify.runner import verify_targets, verify_with
-from gpuconsole.actions.verify.shell import LocalShell
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.targets import Context, Target
 

@@ -14,7 +14,7 @@ from gpuconsole.actions.verify.model import (
     Verdict,
 )
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.screens.verify import VerifyScreen
+from gpuconsole.ui.screens.verify import VerifyScreen
 
 PROBE = Probe("p", "true")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuconsole.actions.shell import LocalShell
 from gpuconsole.actions.verify import probes, runner, stack
 from gpuconsole.actions.verify.model import Output, Probe, Status, Verdict
-from gpuconsole.actions.verify.shell import LocalShell
 from gpuconsole.hosts.targets import Context
 
 FIXTURES = Path(__file__).parent / "fixtures"

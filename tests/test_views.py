@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from conftest import EPOCH, NOW
 
-from gpuconsole.fleet_view import SORT_KEYS, host_matches, sort_hosts
-from gpuconsole.model import GpuState, HostSnapshot, HostState, Severity
-from gpuconsole.store import FleetStore
-from gpuconsole.summary import short_model, summarize
+from gpuconsole.core.model import GpuState, HostSnapshot, HostState, Severity
+from gpuconsole.fleet.host_order import SORT_KEYS, host_matches, sort_hosts
+from gpuconsole.fleet.store import FleetStore
+from gpuconsole.rules.summary import short_model, summarize
 from gpuconsole.telemetry.sim import SimRack, demo_rack
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuconsole.record.when import LATEST_S, clock, resolve_moment, stamp
+from gpuconsole.fleet.record.when import LATEST_S, clock, resolve_moment, stamp
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DAY = 86400

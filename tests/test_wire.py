@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from smi_captures import NOHEADER_FIELDS, fixture
 
-from gpuconsole.clock import ManualClock
-from gpuconsole.model import EccCounts, GpuProcess, PcieLink, RowRemap
+from gpuconsole.core.clock import ManualClock
+from gpuconsole.core.model import EccCounts, GpuProcess, PcieLink, RowRemap
 from gpuconsole.telemetry.smi.query import QUERY_COMPUTE_APPS_FIELDS, QUERY_GPU_FIELDS
 from gpuconsole.telemetry.wire import (
     AGENT_MARKER,

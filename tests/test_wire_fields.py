@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from smi_captures import NOHEADER_FIELDS, fixture
 
-from gpuconsole.fields import FIELDS
-from gpuconsole.model import HostSnapshot
+from gpuconsole.core.fields import FIELDS
+from gpuconsole.core.model import HostSnapshot
 from gpuconsole.telemetry.agent import SimGpus
 from gpuconsole.telemetry.smi.query import QUERY_COMPUTE_APPS_FIELDS
 from gpuconsole.telemetry.wire import AgentStream, Reading

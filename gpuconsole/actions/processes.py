@@ -11,9 +11,9 @@ import signal
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
-from gpuconsole import audit
+from gpuconsole.core import audit
+from gpuconsole.core.model import GpuProcess
 from gpuconsole.hosts.signals import SignalResult, send_here
-from gpuconsole.model import GpuProcess
 
 
 @runtime_checkable

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuconsole.actions.session import HostShell
+from gpuconsole.core.untrusted import visible
 from gpuconsole.telemetry.agent import slurm_node
-from gpuconsole.untrusted import visible
 
 DRAIN, RESUME = "drain", "resume"
 Change = Literal["drain", "resume"]

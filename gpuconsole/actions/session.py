@@ -17,9 +17,9 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from gpuconsole import audit
+from gpuconsole.actions.shell import LineSink, LocalShell, Shell, SshShell
 from gpuconsole.actions.verify.model import Output
-from gpuconsole.actions.verify.shell import LineSink, LocalShell, Shell, SshShell
+from gpuconsole.core import audit
 from gpuconsole.hosts.source import WatchedTarget
 from gpuconsole.hosts.ssh import SshSettings, connect
 from gpuconsole.hosts.targets import Target

@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuconsole import paths
+from gpuconsole.core import paths
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpuconsole.bench.history import BenchResult, Judgement, unit
-from gpuconsole.summary import short_model
+from gpuconsole.rules.summary import short_model
 
 HEADER = (
     "when",

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from gpuconsole.core.model import HostState
+from gpuconsole.core.untrusted import visible
 from gpuconsole.hosts.inventory import Inventory
 from gpuconsole.hosts.source import SshSource
 from gpuconsole.hosts.ssh import SshSettings
 from gpuconsole.hosts.supervisor import Supervisor
-from gpuconsole.model import HostState
-from gpuconsole.untrusted import visible
 
 READING, ANSWER, TIMEOUT = "reading", "answer", "timeout"
 """What ended the wait for a host: its first reading, a definite answer, or the timeout."""

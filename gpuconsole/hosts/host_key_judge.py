@@ -34,7 +34,8 @@ from pathlib import Path
 
 import asyncssh
 
-from gpuconsole import audit
+from gpuconsole.core import audit
+from gpuconsole.core.model import HostState
 from gpuconsole.hosts.known_hosts import (
     UNREADABLE,
     HostKeys,
@@ -42,7 +43,6 @@ from gpuconsole.hosts.known_hosts import (
     known_hosts_line,
 )
 from gpuconsole.hosts.ssh_config import SshConfig, user_home
-from gpuconsole.model import HostState
 
 HOST_KEY_ADDED = "host-key-added"
 """The audit log's word for a key `accept-new` added to known_hosts."""

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpuconsole.untrusted import MAX_GPUS
+from gpuconsole.core.untrusted import MAX_GPUS
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import asyncssh
 
-from gpuconsole.private_files import PRIVATE_FILE_MODE, make_private_dirs
+from gpuconsole.core.private_files import PRIVATE_FILE_MODE, make_private_dirs
 
 MAX_KNOWN_HOSTS_BYTES = 16 * 1024 * 1024
 """Of a bigger file only the first 16 MiB are read (the file is untrusted: it may be huge, or grow

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from gpuconsole.model import GpuProcess
+from gpuconsole.core.model import GpuProcess
 from gpuconsole.telemetry.agent import reused_pid
 
 

@@ -17,9 +17,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gpuconsole.core.model import GpuProcess, HostSnapshot
 from gpuconsole.hosts.signals import SignalResult, send_here
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.model import GpuProcess, HostSnapshot
 from gpuconsole.telemetry import Source, SourceError
 
 if TYPE_CHECKING:  # asyncssh (and cryptography) load only where there are SSH hosts

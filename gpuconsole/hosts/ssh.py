@@ -44,13 +44,13 @@ from asyncssh.encryption import get_encryption_algs
 from asyncssh.kex import get_kex_algs
 from asyncssh.mac import get_mac_algs
 
-from gpuconsole import paths
+from gpuconsole.core import paths
+from gpuconsole.core.model import HostState
+from gpuconsole.core.untrusted import visible
 from gpuconsole.hosts.host_key_judge import HostKeyJudge, failure, rsa_bits
 from gpuconsole.hosts.inventory import HostEntry, InventoryError, jump_hosts
 from gpuconsole.hosts.known_hosts import HostKeys, host_keys, lookup_name, read_regular
 from gpuconsole.hosts.ssh_config import SshConfig, SshConfigError, read_ssh_config
-from gpuconsole.model import HostState
-from gpuconsole.untrusted import visible
 
 MAX_JUMPS = 8
 """Hops in a ProxyJump chain, counting the jump hosts' own ProxyJump: more is a loop."""

@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 
 import asyncssh
 
-from gpuconsole.clock import Clock, wall_clock
+from gpuconsole.core.clock import Clock, wall_clock
+from gpuconsole.core.model import HostSnapshot, HostState
+from gpuconsole.core.untrusted import visible
 from gpuconsole.hosts.inventory import HostEntry
 from gpuconsole.hosts.ssh import MAX_REASON_CHARS, ConnectFailure, SshSettings, connect
-from gpuconsole.model import HostSnapshot, HostState
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.wire import (
     AgentError,
@@ -50,7 +51,6 @@ from gpuconsole.telemetry.wire import (
     agent_script,
     encode_command,
 )
-from gpuconsole.untrusted import visible
 
 # States that no retry can mend: a person must act (then restart the console).
 NEEDS_A_PERSON = frozenset(

@@ -39,14 +39,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpuconsole.alerts.alertmanager import AlertmanagerSender
-from gpuconsole.alerts.rules import AlertRule
-from gpuconsole.fleet import FleetSession
-from gpuconsole.model import GpuProcess, GpuState, HostSnapshot, HostState
-from gpuconsole.poller import collect
-from gpuconsole.store import FleetStore
+from gpuconsole.core.model import GpuProcess, GpuState, HostSnapshot, HostState
+from gpuconsole.core.untrusted import visible
+from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
+from gpuconsole.fleet.alerts.rules import AlertRule
+from gpuconsole.fleet.poller import collect
+from gpuconsole.fleet.session import FleetSession
+from gpuconsole.fleet.store import FleetStore
 from gpuconsole.telemetry import Source, dcgm
-from gpuconsole.untrusted import visible
 
 LISTEN_BACKLOG = 1024
 """Connections the kernel queues for the server before it accepts them. socketserver's default,

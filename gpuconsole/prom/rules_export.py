@@ -26,7 +26,7 @@ import json
 import string
 from collections.abc import Sequence
 
-from gpuconsole.alerts.rules import AlertRule, value_format
+from gpuconsole.fleet.alerts.rules import AlertRule, value_format
 from gpuconsole.telemetry import dcgm
 
 GROUP = "gpuconsole"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuconsole.model import HostSnapshot, HostState
+from gpuconsole.core.model import HostSnapshot, HostState
 
 
 class SourceError(Exception):

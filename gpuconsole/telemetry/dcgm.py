@@ -43,7 +43,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpuconsole.model import THROTTLE_REASON_BITS, GpuState, HostSnapshot
+from gpuconsole.core.model import THROTTLE_REASON_BITS, GpuState, HostSnapshot
 
 CLASSIC = "classic"
 CURRENT = "4.9"

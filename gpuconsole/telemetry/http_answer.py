@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from gpuconsole.untrusted import visible
+from gpuconsole.core.untrusted import visible
 
 _CHUNK = 1 << 20
 """Bytes read at a time: a large answer is not asked for in one allocation of the limit."""

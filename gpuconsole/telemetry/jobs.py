@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from gpuconsole.model import GpuProcess, HostSnapshot, KubePod, SchedulerNode, SlurmJob
+from gpuconsole.core.model import GpuProcess, HostSnapshot, KubePod, SchedulerNode, SlurmJob
 from gpuconsole.telemetry.agent import Owners, process_details
 
 

@@ -17,7 +17,7 @@ from datetime import datetime
 
 import psutil
 
-from gpuconsole.model import XidEvent
+from gpuconsole.core.model import XidEvent
 
 PciAddress = tuple[int, int, int]
 """(domain, bus, device) of a PCI function, as numbers: spellings differ in case and width."""

@@ -36,8 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from gpuconsole.clock import Clock, wall_clock
-from gpuconsole.model import (
+from gpuconsole.core.clock import Clock, wall_clock
+from gpuconsole.core.model import (
     EccCounts,
     GpuState,
     HostSnapshot,
@@ -46,10 +46,10 @@ from gpuconsole.model import (
     RowRemap,
     XidEvent,
 )
+from gpuconsole.core.untrusted import vetted, visible
+from gpuconsole.core.xid import FALLEN_OFF_THE_BUS
 from gpuconsole.telemetry import SourceError, dcgm
 from gpuconsole.telemetry.http_answer import Answer, AnswerError, Unreachable, read_answer
-from gpuconsole.untrusted import vetted, visible
-from gpuconsole.xid import FALLEN_OFF_THE_BUS
 
 _PRESENCE = ("utilization_pct", "temperature_c", "memory_used_mib")
 """A host exists for the source when Prometheus has one of these for it (or, from the console
@@ -90,7 +90,7 @@ SLOW_READINGS = (
     "persistence_mode",
 )
 """Readings asked for every `SLOW_EVERY_SECONDS`: settings, capacities, error counters and memory
-activity: every reading of `gpuconsole.fields` that dcgm-exporter serves and is not fast."""
+activity: every reading of `gpuconsole.core.fields` that dcgm-exporter serves and is not fast."""
 SLOW_EVERY_SECONDS = 30.0
 """dcgm-exporter's own collection interval (NVIDIA/dcgm-exporter ``pkg/cmd/app.go``,
 ``collect-interval``, 30000 ms by default): its values change no faster. The GPUs' names, UUIDs,

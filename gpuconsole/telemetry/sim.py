@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gpuconsole.clock import Clock
-from gpuconsole.model import (
+from gpuconsole.core.clock import Clock
+from gpuconsole.core.model import (
     EccCounts,
     GpuProcess,
     GpuState,

@@ -22,7 +22,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
-from gpuconsole.model import EccCounts, GpuProcess, GpuState, HostSnapshot, PcieLink
+from gpuconsole.core.model import EccCounts, GpuProcess, GpuState, HostSnapshot, PcieLink
 
 _PROLOGUE = '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">\n'
 _NA = "N/A"

@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
 
-from gpuconsole.clock import Clock, wall_clock
-from gpuconsole.fields import FIELDS, Field
-from gpuconsole.model import (
+from gpuconsole.core.clock import Clock, wall_clock
+from gpuconsole.core.fields import FIELDS, Field
+from gpuconsole.core.model import (
     EccCounts,
     GpuProcess,
     GpuState,
@@ -35,6 +35,7 @@ from gpuconsole.model import (
     SlurmJob,
     Topology,
 )
+from gpuconsole.core.untrusted import MAX_NOTES, MAX_TEXT_CHARS, vetted, visible
 from gpuconsole.telemetry.containers import container_of
 from gpuconsole.telemetry.nvml.mapping import (
     compute_mode_name,
@@ -52,7 +53,6 @@ from gpuconsole.telemetry.smi.query import (
 )
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
-from gpuconsole.untrusted import MAX_NOTES, MAX_TEXT_CHARS, vetted, visible
 
 PROTOCOL_VERSION = 2
 AGENT_MARKER = "gpuconsole-agent"

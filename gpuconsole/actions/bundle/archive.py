@@ -23,9 +23,9 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpuconsole import paths
-from gpuconsole.private_files import PRIVATE_FILE_MODE, make_private_dirs
-from gpuconsole.untrusted import UNSAFE, stand_in
+from gpuconsole.core import paths
+from gpuconsole.core.private_files import PRIVATE_FILE_MODE, make_private_dirs
+from gpuconsole.core.untrusted import UNSAFE, stand_in
 
 _RAW = re.compile(rf"(?![\t\n]){UNSAFE.pattern}")
 """What a file may not hold as it is: what text from outside may not (`UNSAFE`), but the

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuconsole.actions.verify.model import HostReport
-from gpuconsole.jsonout import finding_dict, snapshot_dict
-from gpuconsole.model import Finding, GpuProcess, HostSnapshot, Severity, affected
-from gpuconsole.record.episodes import ALERT, Episode
-from gpuconsole.record.when import clock, stamp
-from gpuconsole.summary import short_model, summarize
+from gpuconsole.core.jsonout import finding_dict, snapshot_dict
+from gpuconsole.core.model import Finding, GpuProcess, HostSnapshot, Severity, affected
+from gpuconsole.fleet.record.episodes import ALERT, Episode
+from gpuconsole.fleet.record.when import clock, stamp
+from gpuconsole.rules.summary import short_model, summarize
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +28,7 @@ class BundleInputs:
     readings: tuple[HostSnapshot, ...] = ()
     findings: tuple[Finding, ...] = ()
     alerts: tuple[Any, ...] = ()
-    """Firing alerts (gpuconsole.alerts.engine.Alert) on the host at ``at``."""
+    """Firing alerts (gpuconsole.fleet.alerts.engine.Alert) on the host at ``at``."""
     episodes: tuple[Episode, ...] = ()
     """Findings and alerts open at some time in the window, oldest first."""
     actions: tuple[Mapping[str, Any], ...] = ()

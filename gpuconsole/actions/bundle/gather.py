@@ -11,10 +11,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpuconsole.actions.shell import Shell
 from gpuconsole.actions.verify.checks import CHECKS
 from gpuconsole.actions.verify.model import Check, HostReport, Output
 from gpuconsole.actions.verify.runner import verify_with
-from gpuconsole.actions.verify.shell import Shell
 from gpuconsole.hosts.targets import Context
 
 SMI_TIMEOUT_S = 20.0

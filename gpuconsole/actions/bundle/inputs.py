@@ -16,15 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuconsole import paths
 from gpuconsole.actions.bundle.contents import BundleInputs
-from gpuconsole.alerts.engine import FIRING
-from gpuconsole.model import Finding, HostSnapshot
-from gpuconsole.record.episodes import ALERT, FINDING, Episode, OnsetTracker
-from gpuconsole.record.reader import Recording
-from gpuconsole.record.schema import RecordingError
-from gpuconsole.record.when import clock
-from gpuconsole.store import HISTORY_READINGS, FleetStore
+from gpuconsole.core import paths
+from gpuconsole.core.model import Finding, HostSnapshot
+from gpuconsole.fleet.alerts.engine import FIRING
+from gpuconsole.fleet.record.episodes import ALERT, FINDING, Episode, OnsetTracker
+from gpuconsole.fleet.record.reader import Recording
+from gpuconsole.fleet.record.schema import RecordingError
+from gpuconsole.fleet.record.when import clock
+from gpuconsole.fleet.store import HISTORY_READINGS, FleetStore
 
 WINDOW_BEFORE_S = 600.0
 WINDOW_AFTER_S = 120.0

@@ -19,7 +19,7 @@ from gpuconsole.actions.bundle.make import BundleResult, make_bundle
 from gpuconsole.hosts.targets import Target, TargetFinder
 
 if TYPE_CHECKING:
-    from gpuconsole.fleet import FleetSession
+    from gpuconsole.fleet.session import FleetSession
 
 NO_SHELL = "nvidia-smi -q, kernel log, verification: a simulated host has no shell to run them in"
 

@@ -25,10 +25,10 @@ from gpuconsole.actions.bundle.gather import (
 from gpuconsole.actions.session import open_shell
 from gpuconsole.actions.verify.model import Check
 from gpuconsole.actions.verify.output import reports_text
+from gpuconsole.core.untrusted import visible
+from gpuconsole.fleet.record.when import file_stamp
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Context, Target
-from gpuconsole.record.when import file_stamp
-from gpuconsole.untrusted import visible
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

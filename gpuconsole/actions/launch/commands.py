@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuconsole.model import TooManySets, Topology
+from gpuconsole.core.model import TooManySets, Topology
 
 RECIPE_DIR = "$HOME/.cache/gpuconsole/recipes"
 """Where recipes are written on a host (the shell expands $HOME)."""

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuconsole.actions.launch.commands import RDZV_PORT, LaunchError
-from gpuconsole.actions.verify.shell import Shell
+from gpuconsole.actions.shell import Shell
 
 _PROBE = """
 import os, socket

@@ -19,10 +19,10 @@ from gpuconsole.actions.launch.commands import (
 from gpuconsole.actions.launch.nodes import NodeAddress, node_addresses
 from gpuconsole.actions.launch.run import Event, RunResult, run_on_nodes, run_recipe
 from gpuconsole.actions.session import HostShell, open_shell
-from gpuconsole.actions.verify.shell import Shell
+from gpuconsole.actions.shell import Shell
+from gpuconsole.core.model import Topology
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Target
-from gpuconsole.model import Topology
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
 

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from gpuconsole.model import GpuProcess
+from gpuconsole.core.model import GpuProcess
 
 # Bounded digits: a longer number is no allocator's message (and int() refuses 4300 digits).
 _SIZE = r"(\d{1,15}(?:\.\d{1,6})?)\s*(bytes|KiB|MiB|GiB|TiB)"

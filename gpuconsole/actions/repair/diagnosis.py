@@ -25,9 +25,9 @@ from gpuconsole.actions.verify import hardware, stack
 from gpuconsole.actions.verify.model import Check, CheckResult, Evidence, Output, Probe, Status
 from gpuconsole.actions.verify.probes import SMI, SMI_QUERY, UNAME
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
+from gpuconsole.core.xid import FALLEN_OFF_THE_BUS
 from gpuconsole.hosts.targets import Context
 from gpuconsole.telemetry.kernel_log import parse_xid_lines
-from gpuconsole.xid import FALLEN_OFF_THE_BUS
 
 # Debian and Ubuntu install modinfo in sbin, which a non-root login's PATH may lack.
 _WITH_SBIN = 'PATH="$PATH:/usr/sbin:/sbin"; '

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from gpuconsole.actions.repair.model import Plan, Step
 from gpuconsole.actions.session import HostShell
-from gpuconsole.actions.verify.shell import LineSink, Shell
+from gpuconsole.actions.shell import LineSink, Shell
 
 Confirm = Callable[[Plan, Sequence[str]], Awaitable[bool]]
 _SUDO_PASSWORD = ("a password is required", "a terminal is required")

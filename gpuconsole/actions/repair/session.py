@@ -9,9 +9,9 @@ from gpuconsole.actions.repair.execute import Confirm, PlanRun, execute
 from gpuconsole.actions.repair.model import Diagnosis, Plan, Walked
 from gpuconsole.actions.repair.plans import PlanFacts, facts_from, plan_for
 from gpuconsole.actions.session import HostShell, open_shell
+from gpuconsole.actions.shell import LineSink
 from gpuconsole.actions.verify.model import HostReport
 from gpuconsole.actions.verify.runner import run_probes, verify_with
-from gpuconsole.actions.verify.shell import LineSink
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Context, Target
 

@@ -2,11 +2,12 @@
 the kernel's XID log, local disks.
 
 Facts come from shared/reference/gpu-facts.md (fleet health checks, NVIDIA's XID catalog,
-through `gpuconsole.xid`) and from the PCIe specification's rates. The bandwidth floors are shares
-of the link's theoretical rate (`gpuconsole.limits`) and, when several hosts are verified
-together, of their peers' median (`peers`). Three probes load the host (host<->device copies,
-peer copies, a disk read): they are `heavy`, so the runner runs them alone, after the rest. The
-copy probes run a short ``python3`` script that uses torch when the host's Python has it.
+through `gpuconsole.core.xid`) and from the PCIe specification's rates. The bandwidth floors are
+shares of the link's theoretical rate (`gpuconsole.rules.limits`) and, when several hosts are
+verified together, of their peers' median (`peers`). Three probes load the host (host<->device
+copies, peer copies, a disk read): they are `heavy`, so the runner runs them alone, after the
+rest. The copy probes run a short ``python3`` script that uses torch when the host's Python has
+it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable
 
-from gpuconsole import xid
 from gpuconsole.actions.verify.model import (
     Check,
     Evidence,
@@ -30,9 +30,10 @@ from gpuconsole.actions.verify.model import (
     Verdict,
 )
 from gpuconsole.actions.verify.probes import SMI_QUERY, smi_rows
+from gpuconsole.core import xid
+from gpuconsole.core.model import Severity
 from gpuconsole.hosts.targets import Context
-from gpuconsole.limits import LINK_FAIL_FRACTION, LINK_PASS_FRACTION
-from gpuconsole.model import Severity
+from gpuconsole.rules.limits import LINK_FAIL_FRACTION, LINK_PASS_FRACTION
 from gpuconsole.telemetry.kernel_log import parse_xid_lines, pci_address
 
 

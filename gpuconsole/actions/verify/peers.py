@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuconsole.actions.verify.model import Check, CheckResult, Figure, HostReport, Status
-from gpuconsole.limits import PEER_FAIL_FRACTION, PEER_WARN_FRACTION, PEERS_NEEDED
+from gpuconsole.rules.limits import PEER_FAIL_FRACTION, PEER_WARN_FRACTION, PEERS_NEEDED
 
 
 def peer_status(value: float, median: float) -> Status:

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Sequence
 
 from gpuconsole.actions.session import open_shell
+from gpuconsole.actions.shell import Shell
 from gpuconsole.actions.verify import peers
 from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Output, Probe, Status
-from gpuconsole.actions.verify.shell import Shell
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Context, Target
 

@@ -20,7 +20,7 @@ _REFUSED = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError)
 
 # --- pure mappings from NVML's values to the model's words ---------------------------------------
 
-# nvmlClocksEventReason* bits -> the model's codes (gpuconsole.model.THROTTLE_REASONS), in bit
+# nvmlClocksEventReason* bits -> the model's codes (gpuconsole.core.model.THROTTLE_REASONS), in bit
 # order. NVML's board-limit and reliability bits have no code in the model and are left out.
 THROTTLE_BITS: dict[int, str] = {
     pynvml.nvmlClocksEventReasonGpuIdle: "gpu-idle",
@@ -47,7 +47,7 @@ ANCESTOR_WORDS: dict[int, str] = {
 UNKNOWN_LINK = "N/A"
 
 # nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_*), read through the field value
-# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; spelled as gpuconsole.health expects.
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; spelled as gpuconsole.rules.health expects.
 RECOVERY_ACTIONS: dict[int, str] = {
     0: "none",
     1: "gpu-reset",

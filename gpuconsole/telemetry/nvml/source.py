@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pynvml
 
-from gpuconsole.clock import Clock, wall_clock
-from gpuconsole.model import HostSnapshot, Topology, XidEvent
+from gpuconsole.core.clock import Clock, wall_clock
+from gpuconsole.core.model import HostSnapshot, Topology, XidEvent
+from gpuconsole.core.untrusted import MAX_NOTES, vetted
 from gpuconsole.telemetry import SourceError, wire
 from gpuconsole.telemetry.agent import Nvml, Unavailable
 from gpuconsole.telemetry.jobs import LocalOwners
@@ -18,7 +19,6 @@ from gpuconsole.telemetry.kernel_log import read_kernel_xids
 from gpuconsole.telemetry.nvml.mapping import _REFUSED, Handle, _nvml, init_failure_reason
 from gpuconsole.telemetry.nvml.topology import read_topology
 from gpuconsole.telemetry.nvml.xids import XidWatcher, merge_xids
-from gpuconsole.untrusted import MAX_NOTES, vetted
 
 # `wire` is imported whole: it imports `nvml.mapping`, and so this package, as it loads.
 

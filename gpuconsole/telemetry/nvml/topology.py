@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pynvml
 
-from gpuconsole.model import Topology
+from gpuconsole.core.model import Topology
 from gpuconsole.telemetry.kernel_log import PciAddress, pci_address
 from gpuconsole.telemetry.nvml.mapping import (
     UNKNOWN_LINK,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pynvml
 
-from gpuconsole.clock import Clock, wall_clock
-from gpuconsole.model import XidEvent
+from gpuconsole.core.clock import Clock, wall_clock
+from gpuconsole.core.model import XidEvent
 from gpuconsole.telemetry.nvml.mapping import _REFUSED, Handle, _nvml
 
 # --- XID events ----------------------------------------------------------------------------------

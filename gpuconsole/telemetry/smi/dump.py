@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from gpuconsole.fields import FIELDS, Q_TEXT, Q_XML, paths_of
-from gpuconsole.model import (
+from gpuconsole.core.fields import FIELDS, Q_TEXT, Q_XML, paths_of
+from gpuconsole.core.model import (
     THROTTLE_REASONS,
     EccCounts,
     GpuProcess,
@@ -28,6 +28,7 @@ from gpuconsole.model import (
     PcieLink,
     RowRemap,
 )
+from gpuconsole.core.untrusted import MAX_GPUS, MAX_NOTES, vetted
 from gpuconsole.telemetry.smi.query import is_query_header, parse_query_gpu_dump
 from gpuconsole.telemetry.smi.values import (
     MAX_DEPTH,
@@ -45,7 +46,6 @@ from gpuconsole.telemetry.smi.values import (
     check_size,
     size_text,
 )
-from gpuconsole.untrusted import MAX_GPUS, MAX_NOTES, vetted
 
 T = TypeVar("T")
 

@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpuconsole.fields import FIELDS
-from gpuconsole.model import EccCounts, GpuProcess, GpuState, HostSnapshot, PcieLink
+from gpuconsole.core.fields import FIELDS
+from gpuconsole.core.model import EccCounts, GpuProcess, GpuState, HostSnapshot, PcieLink
+from gpuconsole.core.untrusted import MAX_NOTES, vetted
 from gpuconsole.telemetry.smi.values import (
     MAX_ENTRIES,
     SmiParseError,
@@ -22,7 +23,6 @@ from gpuconsole.telemetry.smi.values import (
     _text,
     check_size,
 )
-from gpuconsole.untrusted import MAX_NOTES, vetted
 
 # --- CSV -----------------------------------------------------------------------------------------
 

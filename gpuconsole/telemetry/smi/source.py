@@ -9,14 +9,14 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gpuconsole.clock import Clock, wall_clock
-from gpuconsole.model import HostSnapshot, Topology
+from gpuconsole.core.clock import Clock, wall_clock
+from gpuconsole.core.model import HostSnapshot, Topology
+from gpuconsole.core.untrusted import vetted
 from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.jobs import LocalOwners
 from gpuconsole.telemetry.smi.dump import parse_xml
 from gpuconsole.telemetry.smi.topo import parse_topo_m
 from gpuconsole.telemetry.smi.values import SmiParseError
-from gpuconsole.untrusted import vetted
 
 # --- the source ----------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gpuconsole.model import Topology
+from gpuconsole.core.model import Topology
 from gpuconsole.telemetry.smi.values import MAX_ENTRIES, SmiParseError, _integer, _text, check_size
 
 # --- topo -m -------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-from gpuconsole.model import THROTTLE_REASON_BITS, GpuProcess
+from gpuconsole.core.model import THROTTLE_REASON_BITS, GpuProcess
 
 T = TypeVar("T")
 

@@ -1,0 +1,1 @@
+"""What a reading means: the thresholds, the findings of one snapshot, per-host aggregates."""

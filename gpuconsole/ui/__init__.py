@@ -1,0 +1,1 @@
+"""The Textual UI: the two apps, the screens, their parts, the terminal's output filter."""

@@ -1,0 +1,504 @@
+"""The Textual application: wires a source to the fleet store and the store to the screens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
+
+from textual.app import App
+from textual.binding import Binding
+from textual.notifications import Notification, Notify, SeverityLevel
+from textual.worker import Worker, WorkerState
+
+from gpuconsole.actions.processes import ProcessSignals
+from gpuconsole.core.clock import Clock, wall_clock
+from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.rules import AlertRule
+from gpuconsole.fleet.poller import Reading, collect
+from gpuconsole.fleet.session import FleetSession, Round
+from gpuconsole.fleet.store import HISTORY_READINGS
+from gpuconsole.hosts.targets import Target, TargetFinder
+from gpuconsole.telemetry import Source
+from gpuconsole.ui.messages import FleetUpdated
+from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
+from gpuconsole.ui.screens.commands import ConsoleCommands
+from gpuconsole.ui.screens.copy import CopyScreen
+from gpuconsole.ui.screens.fleet import FleetScreen
+from gpuconsole.ui.screens.help import HelpScreen
+from gpuconsole.ui.terminal.colourless import colourless
+from gpuconsole.ui.terminal.strips import guard_strips
+from gpuconsole.ui.themes import DEFAULT_THEME, THEMES
+from gpuconsole.ui.widgets.cells import NO_COLOUR_BANDS, Palette, fit
+from gpuconsole.ui.widgets.notices import laid_out
+
+if TYPE_CHECKING:
+    from textual.driver import Driver
+    from textual.screen import Screen
+
+    from gpuconsole.actions.service import Change
+    from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
+    from gpuconsole.fleet.record.recorder import Recorder
+    from gpuconsole.ui.screens.gpu import RecordedPast
+
+
+class GpuConsoleApp(App[None]):
+    """The console. Readings arrive from a worker thread into the fleet session; screens render
+    from its store and are told which hosts changed (`FleetUpdated`)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "gpuconsole"
+    HELP_TITLE: ClassVar[str | None] = "Everywhere"
+    """The heading of the app's own keys on the help screen (see `ConsoleScreen.HELP_TITLE`)."""
+    HELP_ORDER: ClassVar[int] = 0
+    COMMANDS = App.COMMANDS | {ConsoleCommands}
+    LEADING_KEYS: ClassVar[frozenset[str]] = frozenset()
+    """Ids of the app's bindings the key bar puts before the screen's (replay's own keys)."""
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", id="help"),
+        Binding("q", "quit", "Quit", id="quit"),
+        Binding(
+            "p",
+            "toggle_pause",
+            "Pause",
+            id="pause",
+            show=False,
+            tooltip="freeze the screen; readings are still taken and kept (p again resumes)",
+        ),
+        Binding(
+            "ctrl+l",
+            "redraw",
+            "Redraw",
+            id="redraw",
+            show=False,
+            tooltip="paint every cell again (after a stray message)",
+        ),
+        Binding(
+            "a",
+            "alerts",
+            "Alerts",
+            id="alerts",
+            show=False,
+            tooltip="firing and pending alerts across the fleet",
+        ),
+        Binding(
+            "T",
+            "triage",
+            "Triage",
+            id="triage",
+            show=False,
+            tooltip="every finding and firing alert, worst first, then newest, with what to do",
+        ),
+        Binding(
+            "y",
+            "copy",
+            "Copy",
+            id="copy",
+            show=False,
+            tooltip="copy the value under the cursor (a host, a GPU's UUID, a PID...) to the "
+            "clipboard, through the terminal (OSC 52: works over SSH in most terminals)",
+        ),
+        Binding(
+            "Y",
+            "copy_what",
+            "Copy…",
+            id="copy-what",
+            show=False,
+            tooltip="choose what of the row under the cursor to copy (a command, a path...)",
+        ),
+    ]
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        label: str = "demo rack",
+        refresh: float = 1.0,
+        theme: str = DEFAULT_THEME,
+        auto_poll: bool = True,
+        background_start: bool = True,
+        history_seconds: int = HISTORY_READINGS,
+        signals: ProcessSignals | None = None,
+        alert_rules: Sequence[AlertRule] | None = None,
+        recorder: Recorder | None = None,
+        alertmanager: AlertmanagerSender | None = None,
+        clock: Clock = wall_clock,
+    ) -> None:
+        guard_strips()
+        super().__init__()
+        if self.no_color:
+            self._filters = colourless()
+        self.source = source
+        if signals is None and isinstance(source, ProcessSignals):
+            signals = source
+        self.signals = signals
+        """Who can signal which host's processes; None: no host's (the demo)."""
+        self.targets = source if isinstance(source, TargetFinder) else None
+        """How to reach hosts to verify them; None: none can be (the demo)."""
+        self.label = label
+        self.refresh_seconds = refresh
+        self._clock = clock
+        self.paused_at: float | None = None
+        """When the user paused (`now`), or None. Screens are not refreshed while paused;
+        readings still go into the store."""
+        self.starting = True
+        """Until the hosts' recent past and first readings are in (see `background_start`)."""
+        self.auto_poll = auto_poll
+        self.background_start = background_start
+        """Paint the first frame before the hosts' recent past is read (a 64-host demo rack
+        takes seconds to simulate); False reads it before the first frame, as tests want."""
+        self._alert_rules = DEFAULT_RULES if alert_rules is None else tuple(alert_rules)
+        self._history_seconds = history_seconds
+        self._recorder = recorder
+        self._alertmanager = alertmanager
+        """Where firing alerts go, if anywhere; each session of the app feeds it."""
+        self.fleet = self._new_session()
+        """The store, the alerts, the onsets and the recording the screens show; replaced by
+        one primed with the hosts' recent past once that is read (see `_begin`)."""
+        for registered in THEMES.values():
+            self.register_theme(registered)
+        self.theme = theme
+
+    @property
+    def palette(self) -> Palette:
+        """The theme's bands; under NO_COLOR, emphasis (bold, reverse) instead of colours."""
+        if self.no_color:
+            return Palette(NO_COLOUR_BANDS)
+        return Palette(self.current_theme.variables)
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def now(self) -> float:
+        """The time the readings are compared with: how old the newest one is, when it is stale,
+        and since when the screen is paused."""
+        return self._clock()
+
+    def get_driver_class(self) -> type[Driver]:
+        """On a real terminal, a driver that writes only the cells that changed."""
+        from gpuconsole.ui.terminal import console_driver
+
+        return console_driver(super().get_driver_class())
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+        kind: str | None = None,
+    ) -> None:
+        """Notifications quote host names and hosts' errors: their text is never markup (a
+        ``[@click=...]`` in a process name must not become an action). A notice of a ``kind``
+        replaces the one of its kind still shown (the sort order, a copy), so that repeating
+        a key does not stack notices over the screen. Paths are laid out whole (`laid_out`)."""
+        if timeout is None:
+            timeout = self.NOTIFICATION_TIMEOUT
+        notice = _Notice(laid_out(message), title, severity, timeout, markup=False, kind=kind)
+        self.post_message(Notify(notice))
+
+    def _on_notify(self, event: Notify) -> None:
+        kind = getattr(event.notification, "kind", None)
+        if kind is not None:
+            for shown in list(self._notifications):
+                if getattr(shown, "kind", None) == kind:
+                    self._unnotify(shown, refresh=False)
+        super()._on_notify(event)
+
+    def on_mount(self) -> None:
+        if not self.background_start:
+            self._begin(self._read_start())
+            self.push_screen(FleetScreen())
+            return
+        self.push_screen(FleetScreen())
+        self.run_worker(
+            self._read_start,
+            thread=True,
+            group="start",
+            exit_on_error=False,
+            description="read the hosts' recent past and a first reading",
+        )
+
+    def _new_session(self) -> FleetSession:
+        """An empty session with the console's hosts, rules, history length, recorder and
+        Alertmanager sender."""
+        return FleetSession(
+            self.source.hosts,
+            self._alert_rules,
+            history_seconds=self._history_seconds,
+            recorder=self._recorder,
+            alertmanager=self._alertmanager,
+        )
+
+    def _read_start(self) -> _Start:
+        """A session primed with the hosts' recent past, that took a first reading; built apart
+        from the app's, so the screens never see it half filled."""
+        fleet = self._new_session()
+        fleet.prime(self.source, self._history_seconds)
+        return _Start(fleet, fleet.take(collect(self.source)))
+
+    def _begin(self, start: _Start) -> None:
+        """Show the start's session, then poll."""
+        self.fleet = start.fleet
+        self.starting = False
+        self._tell_problem(start.first.problem)
+        self._fleet_updated(start.first.changed)
+        if self.auto_poll:
+            self._schedule_poll()
+
+    def poll_now(self) -> Worker[list[Reading]]:
+        """Start one polling round now (the timer chain calls this; so can tests)."""
+        return self.run_worker(
+            lambda: collect(self.source),
+            thread=True,
+            exclusive=True,
+            group="poll",
+            exit_on_error=False,
+            description="read every host once",
+        )
+
+    def _schedule_poll(self) -> None:
+        self.set_timer(self.refresh_seconds, self.poll_now, name="poll")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "start":
+            self._started(event)
+            return
+        if event.worker.group != "poll":
+            return
+        if event.state is WorkerState.SUCCESS:
+            self.apply_readings(event.worker.result or [])
+        elif event.state is WorkerState.ERROR:
+            self.notify(f"reading failed: {event.worker.error}", severity="error")
+        else:
+            return
+        if self.auto_poll:
+            self._schedule_poll()
+
+    def _started(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.SUCCESS:
+            self._begin(event.worker.result)
+        elif event.state is WorkerState.ERROR:
+            self.starting = False
+            self.notify(f"reading failed: {event.worker.error}", severity="error")
+            if self.auto_poll:
+                self._schedule_poll()
+
+    def apply_readings(self, readings: list[Reading]) -> None:
+        """One round into the session; the screen on top shows what changed."""
+        taken = self.fleet.take(readings)
+        self._tell_problem(taken.problem)
+        if taken.changed and not self.paused:
+            self._fleet_updated(taken.changed)
+
+    def _fleet_updated(self, changed: set[str] | None) -> None:
+        """Tell the screen on top that ``changed`` hosts changed (None: anything may have)."""
+        if isinstance(self.screen, ConsoleScreen):
+            self.screen.post_message(FleetUpdated(changed))
+
+    def _tell_problem(self, problem: str | None) -> None:
+        """The recorder's one line, when it has one (why it stopped, that it falls behind)."""
+        if problem is not None:
+            self.notify(problem, severity="error", timeout=30)
+
+    def verify(self, hosts: list[str]) -> None:
+        """Open the verification screen on those of ``hosts`` that can be reached."""
+        from gpuconsole.ui.screens.verify import VerifyScreen
+
+        found = [self.targets.verify_target(h) for h in hosts] if self.targets else []
+        targets = [t for t in found if t is not None]
+        if not targets:
+            self._refuse("nothing to verify: simulated hosts have no shell to run the checks in")
+            return
+        self.push_screen(VerifyScreen(targets))
+
+    def repair(self, host: str) -> None:
+        """Open the repair panel on ``host`` if it can be reached."""
+        from gpuconsole.ui.screens.repair import RepairScreen
+
+        target = self.targets.verify_target(host) if self.targets else None
+        if target is None:
+            self._refuse("nothing to repair: a simulated host has no driver to fix")
+            return
+        self.push_screen(RepairScreen(target))
+
+    def service(self, host: str, change: Change) -> None:
+        """Take ``host``'s node out of its scheduler (after asking why) or bring it back, in the
+        service panel, if it can be reached."""
+        from gpuconsole.actions.service import DRAIN
+        from gpuconsole.ui.screens.service import ReasonScreen, ServiceScreen
+
+        target = self.targets.verify_target(host) if self.targets else None
+        if target is None:
+            self._refuse(
+                f"nothing to {change}: a simulated host has no scheduler to take it out of"
+            )
+            return
+        if change != DRAIN:
+            self.push_screen(ServiceScreen(target, change))
+            return
+
+        def answered(reason: str | None) -> None:
+            if reason is not None:
+                self.push_screen(ServiceScreen(target, change, reason))
+
+        self.push_screen(ReasonScreen(host), answered)
+
+    def memory_trials(self, host: str) -> None:
+        """Ask, then try each memory fix of the default job on ``host`` in the memory panel."""
+        from gpuconsole.ui.screens.memory import DEFAULT_JOB, MemoryScreen
+
+        job = DEFAULT_JOB
+        self._ask_then_open(
+            host,
+            "a simulated host cannot run the memory trials",
+            f"Try each memory fix of {job.recipe} on {host}?",
+            f"About 20 short runs of {job.recipe} on GPU {job.gpu} of {host} (a few minutes); "
+            "the GPU is busy meanwhile. s stops them.",
+            lambda target: MemoryScreen(target, job),
+        )
+
+    def benchmark(self, host: str) -> None:
+        """Ask, then run the default benchmark on ``host`` in the run panel."""
+        from gpuconsole.ui.screens.run import DEFAULT_BENCHMARK, RunScreen
+
+        spec = DEFAULT_BENCHMARK
+        self._ask_then_open(
+            host,
+            "a simulated host cannot run a benchmark",
+            f"Run the {spec.preset} {spec.recipe} benchmark on {host}?",
+            f"{spec.steps} steps on every GPU of {host} (about a minute, compilation included); "
+            "the GPUs are busy meanwhile. s stops it.",
+            lambda target: RunScreen(target, spec),
+        )
+
+    def _ask_then_open(
+        self,
+        host: str,
+        refusal: str,
+        question: str,
+        detail: str,
+        panel: Callable[[Target], Screen[None]],
+    ) -> None:
+        """A panel that keeps a host's GPUs busy opens only after a yes, on a host with a shell."""
+        from gpuconsole.ui.screens.confirm import ConfirmScreen
+
+        target = self.targets.verify_target(host) if self.targets else None
+        if target is None:
+            self._refuse(refusal)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.push_screen(panel(target))
+
+        self.push_screen(ConfirmScreen(question, detail), answered)
+
+    def bundle(self, host: str) -> None:
+        """Write an incident bundle of ``host`` in the background; a notice says where."""
+        from gpuconsole.actions.bundle.live import bundle_live
+
+        bundle_live(self, host)
+
+    def open_gpu(self, host: str, gpu: int) -> None:
+        """Open the GPU screen of ``host``'s GPU ``gpu``: its plots from the store's history
+        and, where the console records, the older part of the span from its recording."""
+        from gpuconsole.ui.screens.gpu import GpuScreen
+
+        earlier = None if self._recorder is None else self._recorded_earlier
+        self.push_screen(GpuScreen(host, gpu, earlier=earlier))
+
+    def _recorded_earlier(self, host: str, seconds: float) -> RecordedPast:
+        """``host``'s last ``seconds`` in the console's own recording (a worker calls this)."""
+        from gpuconsole.fleet.record.reader import Recording
+        from gpuconsole.ui.screens.gpu import RecordedPast
+
+        assert self._recorder is not None
+        recording = Recording(self._recorder.path)
+        try:
+            return RecordedPast.read(recording, host, self.fleet.alerts.now or self.now(), seconds)
+        finally:
+            recording.close()
+
+    def action_triage(self) -> None:
+        from gpuconsole.ui.screens.triage import TriageScreen
+
+        if not isinstance(self.screen, TriageScreen):
+            self.push_screen(
+                TriageScreen(
+                    lambda ident: self.fleet.onsets.since(ident),
+                    lambda: self.fleet.alerts.active(),
+                    self._alert_rules,
+                )
+            )
+
+    def action_alerts(self) -> None:
+        from gpuconsole.ui.screens.alerts import AlertsScreen
+
+        if not isinstance(self.screen, AlertsScreen):
+            self.push_screen(AlertsScreen())
+
+    def action_redraw(self) -> None:
+        """Ctrl+L: paint every cell again, as a shell's clear does after a stray message."""
+        from gpuconsole.ui.terminal.driver import DiffDriver
+
+        if isinstance(self._driver, DiffDriver):
+            self._driver.forget_screen()
+        self.screen.refresh(repaint=True)
+
+    def action_toggle_pause(self) -> None:
+        self.paused_at = None if self.paused else self.now()
+        self._fleet_updated(None)
+
+    def _refuse(self, why: str) -> None:
+        """A key that cannot act here says why; pressed again, its notice replaces itself."""
+        self.notify(why, severity="warning", kind=why)
+
+    def _copyables(self) -> list[Copyable]:
+        """What the screen offers to copy for the row under its cursor; a notice if nothing."""
+        found = self.screen.copyables() if isinstance(self.screen, ConsoleScreen) else []
+        if not found:
+            self.notify("nothing to copy here", severity="warning", timeout=3, kind="copy")
+        return found
+
+    def action_copy(self) -> None:
+        """Copy the first value the screen offers for the row under its cursor."""
+        found = self._copyables()
+        if found:
+            self.copy(found[0].what, found[0].value)
+
+    def action_copy_what(self) -> None:
+        """Choose which of the row's values to copy."""
+        found = self._copyables()
+        if not found:
+            return
+
+        def chosen(index: int | None) -> None:
+            if index is not None:
+                self.copy(found[index].what, found[index].value)
+
+        self.push_screen(CopyScreen(found), chosen)
+
+    def copy(self, what: str, value: str) -> None:
+        """``value`` to the clipboard (OSC 52, which the terminal applies), and a notice."""
+        self.copy_to_clipboard(value)
+        self.notify(f"copied {what}: {fit(value, 60)}", timeout=4, kind="copy")
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+
+class _Start(NamedTuple):
+    fleet: FleetSession
+    first: Round
+
+
+@dataclass
+class _Notice(Notification):
+    """A notification that replaces the shown one of its ``kind`` (see `GpuConsoleApp.notify`)."""
+
+    kind: str | None = None

@@ -1,0 +1,205 @@
+"""The triage view (`T`): one row per problem of the fleet (a finding with the alerts raised on
+it, or a firing alert on no finding; see `gpuconsole.fleet.triage_list`), worst first, then newest;
+below the list, the highlighted row in full with what to do next. Enter opens its GPU (or its
+host, for a problem of the whole host).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.events import Resize
+from textual.widgets import DataTable, Static
+
+from gpuconsole.fleet.alerts.engine import FIRING
+from gpuconsole.fleet.record.episodes import ALERT
+from gpuconsole.fleet.record.when import clock
+from gpuconsole.fleet.triage_list import Since, TriageItem, triage_items
+from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
+from gpuconsole.ui.widgets import cells
+from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
+
+_WIDE = 120
+"""From this width the Alert column says since when, as well as pending or firing."""
+
+
+def triage_columns(width: int) -> tuple[ColumnSpec, ...]:
+    """By priority: the problem keeps at least 24 cells; where that leaves too little for what
+    to do next, the line under the list says it in full (and the alert column says only
+    pending or firing below `_WIDE`)."""
+    alert = ColumnSpec("alert", "Alert", 16 if width >= _WIDE else 7)
+    return fit_columns(
+        (
+            ColumnSpec("severity", "Sev", 4),
+            ColumnSpec("since", "Since", 8),
+            ColumnSpec("where", "Where", 14, grow=1, most=16),
+            alert,
+            ColumnSpec("what", "Problem", 24, grow=4),
+            ColumnSpec("next", "What to do next", 20, drop=1, grow=6),
+        ),
+        width,
+    )
+
+
+class TriageScreen(ConsoleScreen):
+    """The fleet's problems as one list; ``since`` says how new each one is: when the finding
+    or alert of an identity began (the session's onsets), None when not known."""
+
+    HELP_TITLE = "Triage"
+    HELP_ORDER = 50
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", id="triage.back"),
+        Binding("enter", "open", "Open", id="triage.open", tooltip="its GPU, or its host"),
+    ]
+    # Screen CSS, not DEFAULT_CSS: it must win over app.tcss's rule for every KeyedTable.
+    CSS = """
+    #triage-status { height: 1; padding: 0 1; }
+    #triage { height: 1fr; max-height: 100%; }
+    #triage-detail {
+        height: auto;
+        max-height: 8;
+        padding: 0 1;
+        border-top: solid $panel;
+    }
+    """
+
+    def __init__(
+        self, since: Since, alerts: Callable[[], Sequence[Any]], rules: Sequence[Any] = ()
+    ) -> None:
+        super().__init__()
+        self._since = since
+        self._alerts = alerts
+        self._rules = tuple(rules)
+        self.items: list[TriageItem] = []
+
+    def where(self) -> str:
+        return "triage"
+
+    def compose(self) -> ComposeResult:
+        yield self.title_bar()
+        yield Static(id="triage-status", markup=False)
+        yield KeyedTable(id="triage")
+        yield Static(id="triage-detail", markup=False)
+        yield self.key_bar()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#triage", KeyedTable).focus()
+
+    def on_resize(self, _event: Resize) -> None:
+        self.refresh_view(None)
+
+    @property
+    def table(self) -> KeyedTable:
+        return self.query_one("#triage", KeyedTable)
+
+    def refresh_view(self, changed: set[str] | None) -> None:
+        super().refresh_view(changed)
+        self.items = triage_items(self.store, self._alerts(), self._since, self._rules)
+        width = self.size.width or _WIDE
+        self._alert_times = width >= _WIDE
+        columns = triage_columns(width)
+        self._widths = {spec.key: spec.width or 0 for spec in columns}
+        self.table.set_columns(columns)
+        self.table.sync([(item.key, self._cells(item)) for item in self.items])
+        self._show_status()
+        self._show_detail()
+
+    def _cells(self, item: TriageItem) -> Cells:
+        """The problem's cells for the columns shown; its texts cut where a word ends."""
+        widths = self._widths
+        what = Text(item.what)
+        if item.kind == ALERT:
+            what = Text.assemble(("alert ", "italic"), item.what)
+        shown = {
+            "severity": cells.severity_badge(item.severity, self.palette),
+            "since": Text("N/A", style="dim") if item.since is None else Text(clock(item.since)),
+            "where": Text(cells.fit(item.where, widths["where"]), style="bold"),
+            "alert": self._alert_cell(item),
+            "what": cells.fit_text(what, widths["what"]),
+            "next": cells.fit_text(Text(item.next_step, style="dim"), widths.get("next", 0)),
+        }
+        return tuple(shown[key] for key in widths)
+
+    def _alert_cell(self, item: TriageItem) -> Text:
+        shown = item.alert_state
+        if shown is None:
+            return Text("")
+        style = "bold" if shown.state == FIRING else "dim"
+        text = f"{shown.state} {clock(shown.since)}" if self._alert_times else shown.state
+        return Text(text, style=style)
+
+    def _show_status(self) -> None:
+        rows = len(self.items)
+        firing = sum(1 for i in self.items for a in i.alerts if a.state == FIRING)
+        line = Text(f"{rows} problem{'s' if rows != 1 else ''}")
+        line.append(f", {firing} firing alert{'s' if firing != 1 else ''} on them")
+        line.append(" · worst first, then newest · Enter opens its GPU or host", style="dim")
+        width = (self.size.width or _WIDE) - 2
+        self.query_one("#triage-status", Static).update(cells.fit_text(line, width))
+
+    def copyables(self) -> list[Copyable]:
+        """The problem as a line for a ticket, what to do next, and its host."""
+        item = self.selected()
+        if item is None:
+            return []
+        badge = cells.SEVERITY_BADGES[item.severity]
+        return [
+            Copyable("problem", f"{badge} {item.where} {item.code}: {item.what}"),
+            Copyable("what to do next", item.next_step),
+            Copyable("host name", item.host),
+        ]
+
+    def selected(self) -> TriageItem | None:
+        key = self.table.cursor_key
+        return next((i for i in self.items if i.key == key), None)
+
+    def _show_detail(self) -> None:
+        item = self.selected()
+        widget = self.query_one("#triage-detail", Static)
+        if item is None:
+            widget.update(Text("Nothing to triage: no findings, no firing alerts.", style="dim"))
+            return
+        head = Text.assemble(
+            cells.severity_badge(item.severity, self.palette),
+            " ",
+            (item.where, "bold"),
+            f" · {'alert ' if item.kind == ALERT else ''}{item.code}",
+        )
+        if item.since is not None:
+            head.append(f" · since {clock(item.since)} UTC", style="dim")
+        lines = [head, Text(item.what)]
+        if item.kind != ALERT and item.alerts:
+            alerts = ", ".join(
+                f"{a.rule} {a.state} since {clock(a.since)} UTC" for a in item.alerts
+            )
+            lines.append(Text.assemble(("alerts: ", "bold"), alerts))
+        if item.affects:
+            lines.append(Text.assemble(("affects: ", "bold"), ", ".join(item.affects)))
+        lines.append(Text.assemble(("next: ", "bold"), item.next_step))
+        widget.update(Text("\n").join(lines))
+
+    @on(DataTable.RowHighlighted, "#triage")
+    def _highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self._show_detail()
+
+    @on(DataTable.RowSelected, "#triage")
+    def _selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        from gpuconsole.ui.screens.host import HostScreen
+
+        item = self.selected()
+        if item is None or item.host not in self.store.hosts:
+            return
+        if item.gpu is not None:
+            self.console.open_gpu(item.host, item.gpu)
+        else:
+            self.app.push_screen(HostScreen(item.host))

@@ -1,0 +1,192 @@
+"""Textual's Linux driver, writing to the terminal only the cells that changed.
+
+`DiffDriver.write` passes everything through a `ScreenDiff`. A resize makes the shadow screen
+unknown: the driver notes every size Textual is told (the SIGWINCH path asks
+`_get_terminal_size`; in-band reports arrive as `Resize` events from the input thread) and the
+next write, on the app's thread, starts from an unknown screen of that size. Textual repaints
+the whole screen after a resize, so that repaint is written in full.
+
+`StoppingDriver`, under it, makes SIGTERM and SIGHUP leave the terminal as `q` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import os
+import signal
+import termios
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from textual import events
+from textual.drivers.linux_driver import LinuxDriver
+from textual.message import Message
+
+from gpuconsole.ui.terminal.diff import ScreenDiff
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""What stops the console besides its keys: `kill`, a supervisor, a dropped SSH session."""
+STOP_GRACE_S = 5.0
+"""How long the way out may take after a stop signal before the terminal is restored at once:
+the app's exit takes well under a second, unless the terminal is gone and Textual's writes wait
+on it (a dropped SSH session)."""
+LEAVE = (
+    "\x1b[?2026l\x1b[0m\x1b[?2004l\x1b[?7h\x1b[?2048l\x1b[?1000l\x1b[?1003l\x1b[?1015l"
+    "\x1b[?1006l\x1b[<u\x1b[?1049l\x1b[?25h\x1b[?1004l"
+)
+"""What Textual's `stop_application_mode` turns off (paste, wrap, in-band resize, mouse, the
+kitty keyboard, the alternate screen, focus reports; the cursor shown), after ending a frame."""
+
+
+class StoppingDriver(LinuxDriver):
+    """Textual's Linux driver, stopped by SIGTERM and SIGHUP as by `q`.
+
+    Textual leaves those signals to Python, whose default ends the process on the spot: in the
+    alternate screen, mouse reporting on, the cursor hidden, the terminal raw. While in
+    application mode this driver catches them. The first asks the app to exit the way `q` does,
+    so that the terminal is restored and what the console holds is closed, with exit status 128
+    + the signal's number, as a shell reports a process a signal ended. Where that way out has not
+    restored the terminal after `STOP_GRACE_S`, or at a second signal, the driver restores it
+    itself and ends the process.
+    """
+
+    def __init__(
+        self,
+        app: App[Any],
+        *,
+        debug: bool = False,
+        mouse: bool = True,
+        size: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__(app, debug=debug, mouse=mouse, size=size)
+        self._before: dict[int, Any] = {}
+        """The handlers the stop signals had before application mode."""
+        self._stopped_by: int | None = None
+        self._grace: threading.Timer | None = None
+
+    def start_application_mode(self) -> None:
+        super().start_application_mode()
+        if threading.current_thread() is threading.main_thread():  # where signals are handled
+            loop = asyncio.get_running_loop()
+            caught = functools.partial(self._caught, loop)
+            self._before = {number: signal.signal(number, caught) for number in STOP_SIGNALS}
+
+    def stop_application_mode(self) -> None:
+        super().stop_application_mode()
+        if self._grace is not None:
+            self._grace.cancel()
+        for number, handler in self._before.items():
+            signal.signal(number, handler)
+        self._before = {}
+
+    def _caught(
+        self, loop: asyncio.AbstractEventLoop, number: int, _frame: FrameType | None
+    ) -> None:
+        if self._stopped_by is not None:
+            self._stop_now()
+        self._stopped_by = number
+        self._grace = threading.Timer(STOP_GRACE_S, self._stop_now)
+        self._grace.daemon = True
+        self._grace.start()
+        try:
+            loop.call_soon_threadsafe(functools.partial(self._app.exit, return_code=128 + number))
+        except RuntimeError:  # the loop is closed: no way out but this one
+            self._stop_now()
+
+    def _stop_now(self) -> None:
+        """Restore the terminal without Textual (whose writer may wait on a terminal that is
+        gone) and end the process."""
+        try:
+            os.write(self._file.fileno(), LEAVE.encode())
+            if self.attrs_before is not None:
+                termios.tcsetattr(self.fileno, termios.TCSANOW, self.attrs_before)
+        except (OSError, termios.error):
+            pass  # the terminal is gone: nothing to restore
+        os._exit(128 + (self._stopped_by or signal.SIGTERM))
+
+
+class DiffDriver(StoppingDriver):
+    """A Linux driver whose output goes through a `ScreenDiff`."""
+
+    def __init__(
+        self,
+        app: App[Any],
+        *,
+        debug: bool = False,
+        mouse: bool = True,
+        size: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__(app, debug=debug, mouse=mouse, size=size)
+        self._screen: ScreenDiff | None = None
+        self._notes = itertools.count(1)
+        self._size_note: tuple[int, tuple[int, int]] | None = None
+        """The latest size Textual was told, numbered; replaced whole, so threads may write it."""
+        self._applied = 0
+        self._writing = False
+        self._stale = False
+        self._broken = False
+
+    def forget_screen(self) -> None:
+        """The terminal may show something else now (a message written over it, a terminal
+        that lost its state): the next frame is written in full."""
+        self._stale = True
+
+    def _get_terminal_size(self) -> tuple[int, int]:
+        size = super()._get_terminal_size()
+        self._note_size(size)
+        return size
+
+    def process_message(self, message: Message) -> None:
+        if isinstance(message, events.Resize):
+            self._note_size((message.size.width, message.size.height))
+        super().process_message(message)
+
+    def _note_size(self, size: tuple[int, int]) -> None:
+        self._size_note = (next(self._notes), size)
+
+    def write(self, data: str) -> None:
+        if self._broken:
+            super().write(data)
+            return
+        if self._writing:
+            # A signal handler (suspend on SIGTSTP) interrupted a write: this goes out first,
+            # unfiltered, and the screen is not trusted afterwards.
+            super().write(data)
+            self._stale = True
+            return
+        self._writing = True
+        try:
+            out = self._filter().feed(data)
+        except Exception:
+            # A fault in the filter must not take the console away: from here on Textual's own
+            # output, which draws every cell it changes with explicit attributes.
+            self._broken = True
+            self._app.log.error("output filter failed; writing Textual's output unfiltered")
+            out = "\x1b[0m\x1b]8;;\x1b\\" + data
+        finally:
+            self._writing = False
+        if out:
+            super().write(out)
+
+    def _filter(self) -> ScreenDiff:
+        note = self._size_note
+        if self._screen is None:
+            if note is None:
+                note = (0, super()._get_terminal_size())
+            self._screen = ScreenDiff(*note[1])
+            self._applied = note[0]
+        elif self._stale or (note is not None and note[0] != self._applied):
+            if note is None:
+                self._screen.resize(self._screen.width, self._screen.height)
+            else:
+                self._applied, (width, height) = note
+                self._screen.resize(width, height)
+            self._stale = False
+        return self._screen
