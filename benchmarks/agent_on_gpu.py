@@ -36,7 +36,7 @@ from gpuconsole.core.fields import FIELDS, QUERY_GPU
 from gpuconsole.core.model import GpuState, HostSnapshot
 from gpuconsole.fleet.record import codec
 from gpuconsole.telemetry.nvml import NvmlSource
-from gpuconsole.telemetry.wire import AgentStream, Reading, agent_command, agent_script
+from gpuconsole.telemetry.wire import AgentStream, AgentTick, agent_command, agent_script
 
 Tolerance = Callable[[float], float]
 TOLERANCE: dict[str, Tolerance] = {
@@ -67,7 +67,7 @@ def value_of(gpu: GpuState, name: str) -> Any:
     return None if holder is None else getattr(holder, attribute)
 
 
-def run_mode(mode: str, ticks: int, interval: float) -> tuple[list[Reading], list[bytes], dict]:
+def run_mode(mode: str, ticks: int, interval: float) -> tuple[list[AgentTick], list[bytes], dict]:
     script = agent_script()
     command = agent_command(len(script), interval, mode)
     agent = subprocess.Popen(
@@ -77,7 +77,7 @@ def run_mode(mode: str, ticks: int, interval: float) -> tuple[list[Reading], lis
     agent.stdin.write(script)
     agent.stdin.flush()
     stream = AgentStream("here")
-    readings: list[Reading] = []
+    readings: list[AgentTick] = []
     lines: list[bytes] = []
     watched = psutil.Process(agent.pid)
     sizes: list[int] = []
@@ -88,7 +88,7 @@ def run_mode(mode: str, ticks: int, interval: float) -> tuple[list[Reading], lis
             raise SystemExit(f"{mode}: the agent exited: status {agent.wait()}")
         lines.append(line)
         event = stream.feed(line.decode())
-        if isinstance(event, Reading):
+        if isinstance(event, AgentTick):
             readings.append(event)
             sizes.append(len(line))
             if before is None:  # start the clock after the first reading (start-up excluded)

@@ -97,7 +97,7 @@ async def test_a_watched_host_lends_its_connection(
     source = source_for(sshd)
     try:
         source.settle(15)
-        target = source.verify_target("gpu-test")
+        target = source.target_for("gpu-test")
         assert isinstance(target, WatchedTarget)
         no_second_connection(monkeypatch)
         lines: list[str] = []
@@ -123,7 +123,7 @@ async def test_a_command_stopped_on_a_lent_connection_is_killed_on_the_host(
     try:
         source.settle(15)
         no_second_connection(monkeypatch)
-        async with open_shell(source.verify_target("gpu-test"), "launch") as shell:
+        async with open_shell(source.target_for("gpu-test"), "launch") as shell:
             task = asyncio.ensure_future(shell.stream("sleep 312", 60.0, lambda _line: None))
             for _ in range(100):
                 if running("sleep 312"):
@@ -143,7 +143,7 @@ async def test_a_command_stopped_on_a_lent_connection_is_killed_on_the_host(
 async def test_a_host_whose_watch_has_ended_gets_a_connection_of_its_own(sshd: Sshd) -> None:
     source = source_for(sshd)
     source.settle(15)
-    target = source.verify_target("gpu-test")
+    target = source.target_for("gpu-test")
     source.close()
     async with open_shell(target, "verify", settings(sshd)) as shell:
         output = await shell.run("echo own", 10.0)

@@ -29,9 +29,9 @@ from gpuconsole.telemetry.wire import (
     AGENT_MARKER,
     AgentError,
     AgentStream,
+    AgentTick,
     Event,
     Hello,
-    Reading,
     Reply,
     agent_command,
     agent_script,
@@ -182,7 +182,7 @@ def test_sim_mode_readings_decode_into_snapshots_of_eight_gpus(start) -> None:
     assert hello.agent_pid == agent.process.pid  # bash exec'd python3
     for _ in range(3):
         _, reading = agent.next()
-        assert isinstance(reading, Reading)
+        assert isinstance(reading, AgentTick)
         snapshot = reading.snapshot
         assert (snapshot.host, snapshot.source, len(snapshot.gpus)) == ("test-host", "agent-sim", 8)
         assert [gpu.index for gpu in snapshot.gpus] == list(range(8))
@@ -202,7 +202,7 @@ def test_smi_mode_decodes_gpus_and_processes(start, bin_dir: Path) -> None:
     assert (hello.mode, hello.driver_version, hello.cuda_version) == ("smi", "580.159.04", "13.0")
     assert hello.topology is not None and hello.topology.gpu_count == 8
     assert hello.topology.link(0, 7) == "NV18" and hello.topology.numa_affinity[7] == 1
-    _, reading = agent.next_of(Reading)
+    _, reading = agent.next_of(AgentTick)
     snapshot = reading.snapshot
     assert (snapshot.source, snapshot.driver_version) == ("agent-smi", "580.159.04")
     assert [gpu.index for gpu in snapshot.gpus] == list(range(8))
@@ -236,7 +236,7 @@ def test_auto_without_nvml_falls_back_to_smi(start, bin_dir: Path) -> None:
     agent = start(0.2, "auto")
     _, hello = agent.next()
     assert isinstance(hello, Hello) and hello.mode == "smi"
-    _, reading = agent.next_of(Reading)
+    _, reading = agent.next_of(AgentTick)
     assert len(reading.snapshot.gpus) == 2
 
 
@@ -309,7 +309,7 @@ def test_hung_nvidia_smi_gives_an_error_each_tick_and_one_call_at_a_time(
     flag = hang_flag
     standin = write_standin_smi(bin_dir, gpus=2, hang_flag=flag)
     agent = start(0.2, "smi", timeout=0.6)
-    agent.next_of(Reading)
+    agent.next_of(AgentTick)
     flag.touch()
     errors: list[tuple[float, str]] = []
     most_standins = 0
@@ -326,7 +326,7 @@ def test_hung_nvidia_smi_gives_an_error_each_tick_and_one_call_at_a_time(
     assert 0.1 < statistics.median(gaps(ticks)) < 0.3
     assert most_standins == 1
     flag.unlink()
-    agent.next_of(Reading)
+    agent.next_of(AgentTick)
 
 
 # --- commands ------------------------------------------------------------------------------------
@@ -334,11 +334,11 @@ def test_hung_nvidia_smi_gives_an_error_each_tick_and_one_call_at_a_time(
 
 def test_interval_command_changes_the_pace(start) -> None:
     agent = start(0.6, "sim", gpus=1)
-    agent.next_of(Reading)
+    agent.next_of(AgentTick)
     agent.send({"cmd": "interval", "seconds": 0.1, "id": 1})
     _, reply = agent.next_of(Reply)
     assert reply == Reply(1, True, "interval set to 0.1 s")
-    times = [agent.next_of(Reading)[0] for _ in range(6)]
+    times = [agent.next_of(AgentTick)[0] for _ in range(6)]
     assert 0.05 < statistics.median(gaps(times)) < 0.2
     agent.send({"cmd": "interval", "seconds": 0.01, "id": 2})
     _, refused = agent.next_of(Reply)
@@ -429,7 +429,7 @@ def test_closing_stdin_ends_the_agent_and_its_nvidia_smi(
     flag = hang_flag
     standin = write_standin_smi(bin_dir, gpus=2, hang_flag=flag)
     agent = start(0.2, "smi")
-    agent.next_of(Reading)
+    agent.next_of(AgentTick)
     flag.touch()
     agent.next_of(AgentError)  # a call is in flight, hanging
     assert processes_running(str(standin))
@@ -442,7 +442,7 @@ def test_closing_stdin_ends_the_agent_and_its_nvidia_smi(
 
 def test_stop_ends_the_agent(start) -> None:
     agent = start(0.2, "sim", gpus=1)
-    agent.next_of(Reading)
+    agent.next_of(AgentTick)
     began = time.monotonic()
     agent.send({"cmd": "stop"})
     assert agent.process.wait(timeout=WAIT_S) == 0
@@ -479,7 +479,7 @@ def test_without_python3_nvidia_smi_streams_csv_that_decodes(start, tmp_path: Pa
     write_standin_smi(only_smi, gpus=2)
     agent = start(0.1, "auto", path=str(only_smi))  # bash finds no python3 there
     for _ in range(2):
-        _, reading = agent.next_of(Reading)
+        _, reading = agent.next_of(AgentTick)
         assert reading.sent_at is None
         assert reading.snapshot.source == "smi-stream"
         assert [gpu.index for gpu in reading.snapshot.gpus] == [0, 1]
@@ -511,5 +511,5 @@ def test_the_agent_runs_on_python_3_8(start, bin_dir: Path) -> None:
     agent = start(0.2, "auto")
     _, hello = agent.next()
     assert isinstance(hello, Hello) and hello.mode == "smi"
-    _, reading = agent.next_of(Reading)
+    _, reading = agent.next_of(AgentTick)
     assert len(reading.snapshot.gpus) == 2 and len(reading.snapshot.processes) == 2

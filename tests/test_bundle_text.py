@@ -21,7 +21,7 @@ from gpuconsole.actions.bundle import make
 from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.actions.bundle.gather import KERNEL_LOG_COMMAND
 from gpuconsole.actions.session import HostShell
-from gpuconsole.actions.verify.model import Output
+from gpuconsole.actions.verify.model import CommandOutput
 from gpuconsole.hosts.targets import Context, Target
 
 RAW = re.compile(
@@ -36,7 +36,7 @@ HOSTILE = (
 """A kernel-log line as a hostile host writes it: a new terminal title, a cleared screen and
 scrollback, a carriage return over the line, a C1 CSI, a right-to-left override."""
 
-Answer = Callable[[str], Output]
+Answer = Callable[[str], CommandOutput]
 
 
 class HostileShell:
@@ -45,10 +45,12 @@ class HostileShell:
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
 
-    async def run(self, command: str, timeout: float) -> Output:
+    async def run(self, command: str, timeout: float) -> CommandOutput:
         return self.answer(command)
 
-    async def stream(self, command: str, timeout: float, on_line: Callable[[str], None]) -> Output:
+    async def stream(
+        self, command: str, timeout: float, on_line: Callable[[str], None]
+    ) -> CommandOutput:
         output = self.answer(command)
         for line in output.stdout.splitlines():
             on_line(line)
@@ -80,10 +82,10 @@ def hostile_answer(text: str) -> Answer:
     """The kernel log and nvidia-smi print ``text`` and succeed; every other command prints it
     on both outputs and fails, so the checks show it as their evidence."""
 
-    def answer(command: str) -> Output:
+    def answer(command: str) -> CommandOutput:
         if command == KERNEL_LOG_COMMAND or "nvidia-smi -q" in command:
-            return Output(command, 0, text, "")
-        return Output(command, 1, text, text)
+            return CommandOutput(command, 0, text, "")
+        return CommandOutput(command, 1, text, text)
 
     return answer
 
@@ -112,12 +114,12 @@ def test_what_was_not_collected_is_one_visible_line_each(
     """The notes say what the host said when a command failed; `gpuconsole bundle` prints
     each as a line of its own, and summary.md lists each as one item."""
 
-    def answer(command: str) -> Output:
+    def answer(command: str) -> CommandOutput:
         if command == KERNEL_LOG_COMMAND:
-            return Output(command, 77, "", HOSTILE * 2)
+            return CommandOutput(command, 77, "", HOSTILE * 2)
         if "nvidia-smi -q" in command:
-            return Output(command, None, "", HOSTILE)  # timed out
-        return Output(command, 0, "", "")
+            return CommandOutput(command, None, "", HOSTILE)  # timed out
+        return CommandOutput(command, 0, "", "")
 
     use_shell(monkeypatch, HostileShell(answer))
     inputs = BundleInputs("gpu-test", 1_767_226_500.0, "a test")

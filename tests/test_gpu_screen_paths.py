@@ -18,7 +18,7 @@ from static_source import StaticSource
 from gpuconsole.core import fields
 from gpuconsole.core.model import HostSnapshot
 from gpuconsole.fleet.record import codec
-from gpuconsole.telemetry.wire import AgentStream, Reading
+from gpuconsole.telemetry.wire import AgentStream, AgentTick
 from gpuconsole.ui.app import GpuConsoleApp
 from gpuconsole.ui.screens.gpu import GpuScreen
 
@@ -40,7 +40,7 @@ def agent_reading(mode: str) -> HostSnapshot:
     stream = AgentStream("vm")
     readings = [stream.feed(line) for line in (RECORDED / f"agent-{mode}.jsonl").open()]
     assert stream.malformed == 0
-    last = [event for event in readings if isinstance(event, Reading)][-1]
+    last = [event for event in readings if isinstance(event, AgentTick)][-1]
     return last.snapshot
 
 

@@ -33,7 +33,7 @@ from gpuconsole.cli.commands.options import MAX_DEMO_HOSTS
 from gpuconsole.cli.main import main
 from gpuconsole.core import paths
 from gpuconsole.core.model import HostState
-from gpuconsole.fleet.poller import Reading
+from gpuconsole.fleet.poller import HostReading
 from gpuconsole.fleet.record import codec, reader
 from gpuconsole.fleet.record.reader import DamagedReading, Recording
 from gpuconsole.fleet.record.recorder import MAX_QUEUED_TICKS, Recorder, Tick
@@ -668,7 +668,7 @@ def test_the_console_is_told_once_that_the_recording_falls_behind(
 ) -> None:
     recorder, _ = stalled_recorder
     fleet = FleetSession(["n1"], (), recorder=recorder)
-    rounds = [[Reading("n1", full_snapshot(START + i))] for i in range(MAX_QUEUED_TICKS + 3)]
+    rounds = [[HostReading("n1", full_snapshot(START + i))] for i in range(MAX_QUEUED_TICKS + 3)]
     told = [fleet.take(readings).problem for readings in rounds]
     assert told[:MAX_QUEUED_TICKS] == [None] * MAX_QUEUED_TICKS
     assert (

@@ -28,7 +28,7 @@ from gpuconsole.actions.launch.commands import (
 )
 from gpuconsole.actions.launch.run import parse_event, start_failure
 from gpuconsole.actions.launch.session import host_gpus, launch, plan_launch
-from gpuconsole.actions.verify.model import Output
+from gpuconsole.actions.verify.model import CommandOutput
 from gpuconsole.core import paths
 from gpuconsole.core.model import Topology
 from gpuconsole.hosts.targets import Context, Target
@@ -129,10 +129,10 @@ class LostGpuShell:
     def __init__(self, exit_code: int, query: str) -> None:
         self.exit_code, self.query = exit_code, query
 
-    async def run(self, command: str, timeout: float) -> Output:
+    async def run(self, command: str, timeout: float) -> CommandOutput:
         if command == "nvidia-smi topo -m":
-            return Output(command, 0, topo_m(PROFILES["h100-sxm-8"].topology))
-        return Output(command, self.exit_code, self.query)
+            return CommandOutput(command, 0, topo_m(PROFILES["h100-sxm-8"].topology))
+        return CommandOutput(command, self.exit_code, self.query)
 
 
 H100_ROW = "{}, NVIDIA H100 80GB HBM3, 570.133.20"

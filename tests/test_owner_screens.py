@@ -249,7 +249,7 @@ class ReachableRack:
     def backfill(self, host: str, seconds: int) -> list[HostSnapshot]:
         return self._source.backfill(host, seconds)
 
-    def verify_target(self, host: str) -> Target:
+    def target_for(self, host: str) -> Target:
         return Target(host, None, Context(host))
 
 

@@ -51,7 +51,7 @@ from gpuconsole.telemetry.agent import (
 )
 from gpuconsole.telemetry.containers import container_of_pid
 from gpuconsole.telemetry.jobs import LocalOwners
-from gpuconsole.telemetry.wire import AgentStream, Reading, agent_command
+from gpuconsole.telemetry.wire import AgentStream, AgentTick, agent_command
 
 WAIT_S = 15.0
 MISSING_PID = 4_194_305
@@ -268,7 +268,7 @@ def test_any_log_directory_name_reaches_the_console_as_safe_text(
     json.dumps(pod, ensure_ascii=False).encode()  # text to carry: no lone surrogates
     stream = greeted(AgentStream("gpu-node-07", lambda: 1_767_225_600.0))
     event = stream.feed(reading(processes=[nvml_process(pod=pod)]))
-    assert isinstance(event, Reading) and stream.malformed == 0
+    assert isinstance(event, AgentTick) and stream.malformed == 0
     (process,) = event.snapshot.processes
     assert process.pod is not None and process.pod.uid == UID
     assert unsafe_texts(event.snapshot) == []
@@ -375,7 +375,7 @@ def test_any_docker_answer_is_a_name_made_safe_or_none(
     assert name is None or (isinstance(name, str) and name)
     stream = greeted(AgentStream("gpu-node-07", lambda: 1_767_225_600.0))
     event = stream.feed(reading(processes=[nvml_process(container_name=name)]))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     assert unsafe_texts(event.snapshot) == []
 
 
@@ -528,8 +528,8 @@ def node_reading(agent: RunningAgent) -> HostSnapshot:
     """The first reading that names the host's node (scontrol answers in a thread of its own)."""
     deadline = time.monotonic() + WAIT_S
     while True:
-        _, event = agent.next_of(Reading, max(0.1, deadline - time.monotonic()))
-        assert isinstance(event, Reading)
+        _, event = agent.next_of(AgentTick, max(0.1, deadline - time.monotonic()))
+        assert isinstance(event, AgentTick)
         if event.snapshot.node is not None or time.monotonic() > deadline:
             return event.snapshot
 
@@ -572,10 +572,10 @@ def test_sim_readings_carry_a_start_and_the_gpus_load(tmp_path: Path) -> None:
     began = time.time()
     agent = RunningAgent(agent_command(len(SCRIPT), 0.1, "sim", 2), f"{bin_dir}:/usr/bin:/bin")
     try:
-        _, event = agent.next_of(Reading)
+        _, event = agent.next_of(AgentTick)
     finally:
         agent.end()
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     snapshot = event.snapshot
     assert snapshot.node is None and snapshot.bad_values == 0
     for process in snapshot.processes:
@@ -603,7 +603,7 @@ def stream() -> AgentStream:
 
 def test_a_reading_carries_each_processes_owner_start_and_load(stream: AgentStream) -> None:
     event = greeted(stream).feed(reading(processes=[nvml_process(**OWNED)], node=NODE))
-    assert isinstance(event, Reading) and event.snapshot.bad_values == 0
+    assert isinstance(event, AgentTick) and event.snapshot.bad_values == 0
     (process,) = event.snapshot.processes
     assert process.pod == KubePod(UID, "infer", "llama-13b-7d9f5", "server")
     assert (process.container_name, process.started) == ("k8s_server", 1_767_000_000.25)
@@ -619,7 +619,7 @@ def test_a_reading_carries_each_processes_owner_start_and_load(stream: AgentStre
 def test_an_smi_reading_joins_them_by_pid(stream: AgentStream) -> None:
     extra = {"pid": 552, "user": "bob", "command": "python3 -m bench", **OWNED}
     event = greeted(stream, "smi").feed(smi_reading(processes=[extra], node=NODE))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     (process,) = [p for p in event.snapshot.processes if p.pid == 552]
     assert process.pod is not None and process.pod.name == "llama-13b-7d9f5"
     assert process.started == 1_767_000_000.25 and event.snapshot.node is not None
@@ -627,7 +627,7 @@ def test_an_smi_reading_joins_them_by_pid(stream: AgentStream) -> None:
 
 def test_a_reading_of_an_older_agent_has_none_of_them(stream: AgentStream) -> None:
     event = greeted(stream).feed(reading())
-    assert isinstance(event, Reading) and event.snapshot.bad_values == 0
+    assert isinstance(event, AgentTick) and event.snapshot.bad_values == 0
     (process,) = event.snapshot.processes
     assert (process.pod, process.container_name, process.started, process.load) == (None,) * 4
     assert event.snapshot.node is None
@@ -655,7 +655,7 @@ def test_a_malformed_addition_costs_only_itself(
     event = greeted(stream).feed(
         reading(processes=[nvml_process(**{**OWNED, **fields})], node=node)
     )
-    assert isinstance(event, Reading) and stream.malformed == 0
+    assert isinstance(event, AgentTick) and stream.malformed == 0
     snapshot = event.snapshot
     assert snapshot.bad_values == 1 and any(note in n for n in snapshot.bad_value_notes), (
         snapshot.bad_value_notes
@@ -670,7 +670,7 @@ def test_a_malformed_addition_costs_only_itself(
 def test_a_load_out_of_range_loses_that_value_alone(stream: AgentStream) -> None:
     load = {**LOAD, "sm_pct": 150.0, "decoder_pct": -1}
     event = greeted(stream).feed(reading(processes=[nvml_process(load=load)]))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     (process,) = event.snapshot.processes
     assert process.load == ProcessLoad(None, 41.0, 0.0, None)
     assert event.snapshot.bad_values == 2
@@ -682,7 +682,7 @@ def test_owner_texts_reach_no_terminal_as_escapes_and_names_are_cut(stream: Agen
     node = {**NODE, "reason": "bad\x1b[2J" + "r" * 10_000, "name": "\u202egpu07"}
     processes = [nvml_process(pod=pod, container_name="c" + CLIPBOARD)]
     event = greeted(stream).feed(reading(processes=processes, node=node))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     assert unsafe_texts(event.snapshot) == []
     (process,) = event.snapshot.processes
     assert process.pod is not None and len(process.pod.name or "") == MAX_NAME_CHARS
@@ -718,7 +718,7 @@ def test_any_additions_keep_the_reading_and_are_safe(
     event = stream.feed(
         line("reading", seq=1, time=1.0, gpus=[nvml_gpu()], processes=[process], node=node)
     )
-    assert isinstance(event, Reading) and stream.malformed == 0
+    assert isinstance(event, AgentTick) and stream.malformed == 0
     (decoded,) = event.snapshot.processes
     assert unsafe_texts(event.snapshot) == []
     if decoded.load is not None:

@@ -6,7 +6,7 @@ from conftest import EPOCH, NOW
 
 from gpuconsole.core.clock import ManualClock
 from gpuconsole.core.model import HostState
-from gpuconsole.fleet.poller import Reading, collect, ingest, prime
+from gpuconsole.fleet.poller import HostReading, collect, ingest, prime
 from gpuconsole.fleet.store import FleetStore
 from gpuconsole.telemetry.sim import SimRack, SimSource
 
@@ -69,7 +69,7 @@ def test_ingest_returns_the_hosts_whose_view_changed(rack: SimRack, clock: Manua
 
 def test_ingest_uses_a_default_reason_when_the_error_is_empty() -> None:
     store = FleetStore(["n1"], stale_after=1, down_after=1)
-    assert ingest(store, [Reading("n1")]) == {"n1"}
+    assert ingest(store, [HostReading("n1")]) == {"n1"}
     assert store.status("n1").state is HostState.DOWN
     assert store.status("n1").reason == "no reading"
 

@@ -21,7 +21,7 @@ from gpuconsole.actions.repair.diagnosis import (
     probes,
 )
 from gpuconsole.actions.repair.model import Diagnosis, Family
-from gpuconsole.actions.verify.model import Output
+from gpuconsole.actions.verify.model import CommandOutput
 from gpuconsole.hosts.targets import Context
 
 RECORDED = Path(__file__).parent / "fixtures" / "verify" / "h200-probes.json"
@@ -35,15 +35,17 @@ UBUNTU_24_04 = (
 )
 
 
-def out(stdout: str = "", exit_code: int | None = 0, stderr: str = "") -> Output:
-    return Output("(replaced)", exit_code, stdout, stderr)
+def out(stdout: str = "", exit_code: int | None = 0, stderr: str = "") -> CommandOutput:
+    return CommandOutput("(replaced)", exit_code, stdout, stderr)
 
 
-def healthy() -> dict[str, Output]:
+def healthy() -> dict[str, CommandOutput]:
     """The H200 recording, plus the repair probes as that host would answer them: no systemctl
     and no modinfo there (the recording shows both missing), dpkg without NVIDIA packages (its
     driver comes with the VM image), no ubuntu-drivers, a clean kernel log."""
-    evidence = {name: Output(**fields) for name, fields in json.loads(RECORDED.read_text()).items()}
+    evidence = {
+        name: CommandOutput(**fields) for name, fields in json.loads(RECORDED.read_text()).items()
+    }
     evidence.update(
         {
             "os-release": out(UBUNTU_24_04),
@@ -71,7 +73,7 @@ SMI_PROBES = (
 )
 
 
-def driver_down(**replaced: Output) -> dict[str, Output]:
+def driver_down(**replaced: CommandOutput) -> dict[str, CommandOutput]:
     """An installed 535 driver that is not loaded: nvidia-smi exits 9, no
     /proc/driver/nvidia/version, no nvidia in /proc/modules, a DKMS build for this kernel."""
     evidence = healthy()
@@ -108,7 +110,7 @@ def causes(diagnosis: Diagnosis) -> list[str]:
     return [c.id for c in diagnosis.causes]
 
 
-def run(evidence: dict[str, Output], expected_gpus: int | None = 1) -> Diagnosis:
+def run(evidence: dict[str, CommandOutput], expected_gpus: int | None = 1) -> Diagnosis:
     return diagnose(evidence, Context("gpu1", expected_gpus=expected_gpus))
 
 
@@ -284,7 +286,7 @@ MISMATCH = (
 )
 
 
-def mismatch() -> dict[str, Output]:
+def mismatch() -> dict[str, CommandOutput]:
     """Packages upgraded to 535.154.05 under a loaded 535.129.03 module. nvidia-smi exits with
     NVML's error code, 18 (NVML_ERROR_LIB_RM_VERSION_MISMATCH in nvml.h)."""
     evidence = healthy()

@@ -26,7 +26,7 @@ from gpuconsole.telemetry.agent import (
     parse_squeue,
     slurm_job_id,
 )
-from gpuconsole.telemetry.wire import AgentStream, Reading, agent_script
+from gpuconsole.telemetry.wire import AgentStream, AgentTick, agent_script
 
 MISSING_PID = 4_194_305
 """Above Linux's largest pid_max: no /proc entry, so no environment to read."""
@@ -310,7 +310,7 @@ def test_a_reading_gives_each_process_its_job(stream: AgentStream) -> None:
     ]
     unnamed = {**LLAMA, "job_id": 9}
     event = greeted(stream).feed(reading(processes=processes, jobs=[LLAMA, unnamed]))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     assert [p.job for p in event.snapshot.processes] == [
         LLAMA_JOB,
         SlurmJob(77, None, None, None, None, None, None),
@@ -323,14 +323,14 @@ def test_a_reading_gives_each_process_its_job(stream: AgentStream) -> None:
 def test_an_smi_reading_joins_the_job_by_pid(stream: AgentStream) -> None:
     processes = [{"pid": 552, "user": "bob", "command": "python3 -m bench", "slurm_job": 4242}]
     event = greeted(stream, "smi").feed(smi_reading(processes=processes, jobs=[LLAMA]))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     (process,) = event.snapshot.processes
     assert (process.pid, process.user, process.job) == (552, "bob", LLAMA_JOB)
 
 
 def test_a_reading_without_jobs_decodes_as_before(stream: AgentStream) -> None:
     event = greeted(stream).feed(reading())
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     assert event.snapshot.processes[0].job is None and event.snapshot.bad_values == 0
 
 
@@ -350,7 +350,7 @@ def test_a_malformed_jobs_entry_costs_only_itself(
 ) -> None:
     processes = [nvml_process(slurm_job=4242)]
     event = greeted(stream).feed(reading(processes=processes, jobs=jobs))
-    assert isinstance(event, Reading) and stream.malformed == 0
+    assert isinstance(event, AgentTick) and stream.malformed == 0
     assert event.snapshot.gpus[0].name == "NVIDIA H200"
     assert event.snapshot.bad_values == 1
     assert any(reason in note for note in event.snapshot.bad_value_notes)
@@ -360,7 +360,7 @@ def test_a_malformed_jobs_entry_costs_only_itself(
 
 def test_a_process_with_an_impossible_job_id_has_no_job(stream: AgentStream) -> None:
     event = greeted(stream).feed(reading(processes=[nvml_process(slurm_job=-1)], jobs=[LLAMA]))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     assert event.snapshot.processes[0].job is None and event.snapshot.bad_values == 1
 
 
@@ -368,7 +368,7 @@ def test_a_job_id_of_the_wrong_type_is_na_for_that_process_alone(stream: AgentSt
     """As any other value of the wrong type: the process keeps its row, its job is N/A, and
     the reading says which value was bad."""
     event = greeted(stream).feed(reading(processes=[nvml_process(slurm_job="4242")]))
-    assert isinstance(event, Reading) and stream.malformed == 0
+    assert isinstance(event, AgentTick) and stream.malformed == 0
     assert event.snapshot.processes[0].job is None
     assert event.snapshot.bad_values == 1
     assert "slurm_job" in event.snapshot.bad_value_notes[0]
@@ -377,7 +377,7 @@ def test_a_job_id_of_the_wrong_type_is_na_for_that_process_alone(stream: AgentSt
 def test_job_texts_are_made_visible_and_cut(stream: AgentStream) -> None:
     hostile = {**LLAMA, "name": "x\x1b]0;owned\x07" + "n" * 10_000, "user": "\u202eecila"}
     event = greeted(stream).feed(reading(processes=[nvml_process(slurm_job=4242)], jobs=[hostile]))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     job = event.snapshot.processes[0].job
     assert job is not None and job.name is not None and job.user is not None
     assert "\x1b" not in job.name and "\x07" not in job.name and len(job.name) <= 4096
@@ -418,7 +418,7 @@ def test_any_jobs_field_keeps_the_reading(jobs: object, job_id: object) -> None:
         jobs=jobs,
     )
     event = stream.feed(text)  # never raises, and a bad jobs field never drops the reading
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     other = stream.feed(
         line("reading", seq=2, time=1.0, gpus=[], processes=[nvml_process(slurm_job=job_id)])
     )

@@ -18,10 +18,10 @@ from gpuconsole.actions.verify.hardware import HOST_DEVICE_BANDWIDTH, pcie_theor
 from gpuconsole.actions.verify.model import (
     Check,
     CheckResult,
+    CommandOutput,
     Evidence,
     Figure,
     HostReport,
-    Output,
     Probe,
     Status,
     Verdict,
@@ -34,7 +34,7 @@ from gpuconsole.rules.limits import LINK_PASS_FRACTION
 GEN5_X16 = 32 * 16 * 128 / 130 / 8
 
 
-def _query(gen_max: object, width_max: object, name: str) -> Output:
+def _query(gen_max: object, width_max: object, name: str) -> CommandOutput:
     row = [
         "0",
         name,
@@ -49,7 +49,7 @@ def _query(gen_max: object, width_max: object, name: str) -> Output:
         str(width_max),
         str(width_max),
     ]
-    return Output("(written)", 0, ", ".join(SMI_FIELDS) + "\n" + ", ".join(row) + "\n")
+    return CommandOutput("(written)", 0, ", ".join(SMI_FIELDS) + "\n" + ", ".join(row) + "\n")
 
 
 def bandwidth(
@@ -77,7 +77,7 @@ def bandwidth(
     }
     copies = json.dumps({"torch": "2.11.0", "gpus": [entry]})
     evidence = {
-        HOST_DEVICE_BANDWIDTH.name: Output("(written)", 0, copies + "\n"),
+        HOST_DEVICE_BANDWIDTH.name: CommandOutput("(written)", 0, copies + "\n"),
         SMI_QUERY.name: _query(gen, width, name),
     }
     (result,) = runner.judge_all([CHECK], evidence, Context(host))

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from gpuconsole.actions.verify.checks import CHECKS
-from gpuconsole.actions.verify.model import Output, Status
+from gpuconsole.actions.verify.model import CommandOutput, Status
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
 from gpuconsole.hosts.targets import Context
 
@@ -48,8 +48,10 @@ EXPECTED = {
 }
 
 
-def recorded() -> dict[str, Output]:
-    return {name: Output(**fields) for name, fields in json.loads(RECORDED.read_text()).items()}
+def recorded() -> dict[str, CommandOutput]:
+    return {
+        name: CommandOutput(**fields) for name, fields in json.loads(RECORDED.read_text()).items()
+    }
 
 
 def test_the_recording_covers_every_probe() -> None:

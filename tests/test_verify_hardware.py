@@ -28,7 +28,7 @@ from gpuconsole.actions.verify.hardware import (
     REMAPPED_ROWS,
     SMI_DETAILS,
 )
-from gpuconsole.actions.verify.model import CheckResult, Output, Probe, Status
+from gpuconsole.actions.verify.model import CheckResult, CommandOutput, Probe, Status
 from gpuconsole.actions.verify.probes import SMI_QUERY
 from gpuconsole.hosts.targets import Context
 
@@ -77,21 +77,21 @@ H200_COPIES = json.dumps(
 )
 
 
-def out(stdout: str = "", code: int | None = 0, stderr: str = "") -> Output:
-    return Output("(recorded)", code, stdout, stderr)
+def out(stdout: str = "", code: int | None = 0, stderr: str = "") -> CommandOutput:
+    return CommandOutput("(recorded)", code, stdout, stderr)
 
 
 NOT_FOUND = out("", 127, "sh: 1: systemctl: not found")
 
 
-def evidence(outputs: dict[Probe, Output]) -> dict[str, Output]:
+def evidence(outputs: dict[Probe, CommandOutput]) -> dict[str, CommandOutput]:
     """Every hardware probe's output: those given; the rest as if their program were missing."""
     found = {p.name: out("", 127, "not found") for p in runner.distinct_probes(hardware.CHECKS)}
     found.update({probe.name: output for probe, output in outputs.items()})
     return found
 
 
-def h200(**changes: Output) -> dict[Probe, Output]:
+def h200(**changes: CommandOutput) -> dict[Probe, CommandOutput]:
     """The real H200 host's outputs; ``changes`` replace some, keyed by probe constant name."""
     outputs = {
         SMI_QUERY: out(H200_QUERY),
@@ -109,7 +109,9 @@ def h200(**changes: Output) -> dict[Probe, Output]:
     return outputs
 
 
-def judge(check_id: str, outputs: dict[Probe, Output], context: Context = CONTEXT) -> CheckResult:
+def judge(
+    check_id: str, outputs: dict[Probe, CommandOutput], context: Context = CONTEXT
+) -> CheckResult:
     (check,) = [c for c in hardware.CHECKS if c.id == check_id]
     (result,) = runner.judge_all([check], evidence(outputs), context)
     return result
@@ -234,7 +236,7 @@ def _query_with_link(gen: int, width: int) -> str:
     return H200_QUERY.replace("5, 5, 16, 16", f"{gen}, 5, {width}, 16")
 
 
-def _copies(**entry: object) -> Output:
+def _copies(**entry: object) -> CommandOutput:
     gpu = {"index": 0, "uuid": H200_UUID, "name": "NVIDIA H200", "h2d_gbs": 55.6, "d2h_gbs": 56.1}
     return out(json.dumps({"torch": "2.11.0", "gpus": [{**gpu, **entry}]}) + "\n")
 
@@ -388,7 +390,7 @@ def test_fabric_manager_running_with_the_fabric_up_passes() -> None:
 # --- p2p-bandwidth --------------------------------------------------------------------------------
 
 
-def _pairs(changes: dict[tuple[int, int], dict[str, object]], gpus: int = 4) -> Output:
+def _pairs(changes: dict[tuple[int, int], dict[str, object]], gpus: int = 4) -> CommandOutput:
     pairs = [
         {"src": s, "dst": d, "peer": True, "gbs": 370.0, **changes.get((s, d), {})}
         for s in range(gpus)

@@ -15,7 +15,7 @@ import pytest
 
 from gpuconsole.actions.shell import LocalShell
 from gpuconsole.actions.verify import probes, runner, stack
-from gpuconsole.actions.verify.model import Output, Probe, Status, Verdict
+from gpuconsole.actions.verify.model import CommandOutput, Probe, Status, Verdict
 from gpuconsole.hosts.targets import Context
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -35,11 +35,11 @@ def transcript() -> dict[str, str]:
     return commands
 
 
-def out(probe: Probe, stdout: str = "", code: int | None = 0, stderr: str = "") -> Output:
-    return Output(probe.command, code, stdout, stderr)
+def out(probe: Probe, stdout: str = "", code: int | None = 0, stderr: str = "") -> CommandOutput:
+    return CommandOutput(probe.command, code, stdout, stderr)
 
 
-def not_installed(probe: Probe) -> Output:
+def not_installed(probe: Probe) -> CommandOutput:
     return out(probe, code=127, stderr="/bin/sh: 1: tool: not found")
 
 
@@ -68,7 +68,7 @@ def h200_query_row() -> dict[str, str]:
     }
 
 
-def h200() -> dict[str, Output]:
+def h200() -> dict[str, CommandOutput]:
     """Every stack probe's output on the H200 host, from the captured transcript.
 
     Not captured there, written from the formats: /proc/modules (lsmod was missing; the line
@@ -125,7 +125,7 @@ def h200() -> dict[str, Output]:
     }
 
 
-def judge(check_id: str, changes: Mapping[Probe, Output] = {}, **context: object) -> Verdict:
+def judge(check_id: str, changes: Mapping[Probe, CommandOutput] = {}, **context: object) -> Verdict:
     """One check's verdict on the H200 outputs with ``changes`` in place of some of them."""
     evidence = h200() | {probe.name: output for probe, output in changes.items()}
     return CHECKS[check_id].judge(evidence, Context("h200", **context))  # type: ignore[arg-type]
@@ -348,7 +348,7 @@ def test_cuda_driver_skips_without_nvidia_smi() -> None:
 # -- cuda-toolkit --------------------------------------------------------------------------
 
 
-def driver_at(version: str, cuda: str) -> dict[Probe, Output]:
+def driver_at(version: str, cuda: str) -> dict[Probe, CommandOutput]:
     """A host with this driver and CUDA: the H200's outputs with the versions replaced."""
     header = (FIXTURES / "nvidia-smi" / "h200-default.txt").read_text()
     header = header.replace("580.159.04", version).replace(
@@ -364,11 +364,11 @@ def driver_at(version: str, cuda: str) -> dict[Probe, Output]:
     }
 
 
-def driver_535() -> dict[Probe, Output]:
+def driver_535() -> dict[Probe, CommandOutput]:
     return driver_at("535.129.03", "12.2")
 
 
-def nvcc(release: str, build: str) -> Output:
+def nvcc(release: str, build: str) -> CommandOutput:
     # `nvcc --version`'s layout, as in the captured transcript
     return out(
         stack.NVCC,
@@ -446,7 +446,7 @@ def test_tensorrt_versions() -> None:
 # -- pytorch -------------------------------------------------------------------------------
 
 
-def torch_on(**fields: object) -> Output:
+def torch_on(**fields: object) -> CommandOutput:
     return out(stack.TORCH, python_json(**fields))
 
 
@@ -562,7 +562,7 @@ def test_torch_probe_runs_and_prints_one_json_line(tmp_path: Path, monkeypatch) 
 # -- tensorflow ----------------------------------------------------------------------------
 
 
-def tf_on(**fields: object) -> dict[Probe, Output]:
+def tf_on(**fields: object) -> dict[Probe, CommandOutput]:
     return {stack.TENSORFLOW: out(stack.TENSORFLOW, python_json(**fields))}
 
 

@@ -25,8 +25,8 @@ from gpuconsole.telemetry.wire import (
     MAX_TEXT_CHARS,
     AgentError,
     AgentStream,
+    AgentTick,
     Hello,
-    Reading,
     Reply,
     agent_command,
     agent_script,
@@ -234,7 +234,7 @@ def test_error_and_reply(stream: AgentStream) -> None:
 
 def test_nvml_reading_maps_codes_to_the_models_words(stream: AgentStream) -> None:
     event = greeted(stream).feed(reading())
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     assert event.sent_at == HOST_TIME
     snapshot = event.snapshot
     assert (snapshot.host, snapshot.time, snapshot.source) == ("rack1-node7", NOW, "agent-nvml")
@@ -269,7 +269,7 @@ def test_unsupported_fields_are_none_and_a_lost_gpu_is_lost(stream: AgentStream)
     lost = {"index": 1, "lost": True, "ecc": None, "pcie": {"gen": None}}
     unsupported = nvml_gpu(pstate=32, throttle_mask=None, compute_mode=None, ecc=None)
     event = greeted(stream).feed(reading(gpus=[lost, unsupported], processes=[]))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     first, second = event.snapshot.gpus  # in index order
     assert (first.index, second.index) == (0, 1)
     assert (first.pstate, first.throttle_reasons, first.compute_mode, first.ecc) == (None,) * 4
@@ -278,7 +278,7 @@ def test_unsupported_fields_are_none_and_a_lost_gpu_is_lost(stream: AgentStream)
 
 def test_long_strings_are_cut(stream: AgentStream) -> None:
     event = greeted(stream).feed(reading(gpus=[nvml_gpu(name="H" * 10_000)]))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     assert event.snapshot.gpus[0].name == "H" * MAX_TEXT_CHARS
 
 
@@ -300,7 +300,7 @@ def smi_reading(**fields: object) -> str:
 
 def test_smi_reading_parses_the_h200_capture(stream: AgentStream) -> None:
     event = greeted(stream, "smi").feed(smi_reading())
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     assert event.snapshot.source == "agent-smi"
     (gpu,) = event.snapshot.gpus
     assert (gpu.uuid, gpu.utilization_pct, gpu.power_w) == (LOADED_UUID, 99.0, 689.92)
@@ -313,7 +313,7 @@ def test_smi_reading_parses_the_h200_capture(stream: AgentStream) -> None:
 
 def test_smi_reading_without_proc_details_keeps_the_process_name(stream: AgentStream) -> None:
     event = greeted(stream, "smi").feed(smi_reading(processes=[]))
-    assert isinstance(event, Reading)
+    assert isinstance(event, AgentTick)
     (process,) = event.snapshot.processes
     assert (process.command, process.user, process.container) == ("python3", None, None)
 
@@ -343,10 +343,10 @@ def test_a_field_of_the_wrong_type_is_na_alone(
     stream: AgentStream, entry: dict[str, object], field: str, note: str
 ) -> None:
     event = greeted(stream).feed(reading(gpus=[nvml_gpu(**entry)]))
-    assert isinstance(event, Reading), stream.last_malformed
+    assert isinstance(event, AgentTick), stream.last_malformed
     (gpu,) = event.snapshot.gpus
     whole = greeted(AgentStream("rack1-node7", ManualClock(NOW))).feed(reading())
-    assert isinstance(whole, Reading)
+    assert isinstance(whole, AgentTick)
     assert getattr(gpu, field) in (None, ())
     assert (
         dataclasses.replace(gpu, **{field: getattr(whole.snapshot.gpus[0], field)})
@@ -406,7 +406,7 @@ def test_blank_lines_are_not_counted(stream: AgentStream) -> None:
 def test_the_stream_goes_on_after_a_malformed_line(stream: AgentStream) -> None:
     greeted(stream)
     assert stream.feed("{garbage") is None
-    assert isinstance(stream.feed(reading()), Reading)
+    assert isinstance(stream.feed(reading()), AgentTick)
     assert stream.malformed == 1
 
 
@@ -436,25 +436,25 @@ def test_smi_stream_rows_make_a_reading_per_tick(stream: AgentStream) -> None:
     assert stream.feed(csv_row(1, 20)) is None
     assert stream.mode == "smi-stream"
     first = stream.feed(csv_row(0, 30))  # index 0 again: the first tick is complete
-    assert isinstance(first, Reading) and first.sent_at is None
+    assert isinstance(first, AgentTick) and first.sent_at is None
     assert [gpu.utilization_pct for gpu in first.snapshot.gpus] == [10.0, 20.0]
     assert (first.snapshot.source, first.snapshot.time) == ("smi-stream", NOW)
     second = stream.feed(csv_row(1, 40))  # two GPUs known: complete without waiting
-    assert isinstance(second, Reading)
+    assert isinstance(second, AgentTick)
     assert [gpu.utilization_pct for gpu in second.snapshot.gpus] == [30.0, 40.0]
     assert second.snapshot.gpus[0].power_w == 689.92
     assert second.snapshot.gpus[0].throttle_reasons == ("sw-power-cap",)
     assert stream.feed("Unable to determine the device handle for GPU 1: Unknown Error") is None
     assert stream.malformed == 1
     assert stream.feed(csv_row(0, 50)) is None
-    assert isinstance(stream.feed(csv_row(1, 60)), Reading)
+    assert isinstance(stream.feed(csv_row(1, 60)), AgentTick)
 
 
 def test_smi_stream_of_one_gpu(stream: AgentStream) -> None:
     assert stream.feed(csv_row(0, 10)) is None
     events = [stream.feed(csv_row(0, utilization)) for utilization in (20, 30, 40)]
     utilizations = [
-        event.snapshot.gpus[0].utilization_pct for event in events if isinstance(event, Reading)
+        event.snapshot.gpus[0].utilization_pct for event in events if isinstance(event, AgentTick)
     ]
     assert utilizations == [20.0, 30.0, 40.0]
 
@@ -507,7 +507,7 @@ def test_any_line_is_an_event_or_counted_and_a_reading_holds_only_data(
         line("error", time=1.0, message=noise),
     ):
         event = stream.feed(text)  # never raises, whatever the line holds
-        if isinstance(event, Reading):
+        if isinstance(event, AgentTick):
             assert unsafe_texts(event.snapshot) == []
             assert all(0 <= g.index < 1024 for g in event.snapshot.gpus)
         elif isinstance(event, AgentError):

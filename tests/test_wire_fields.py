@@ -21,7 +21,7 @@ from gpuconsole.core.fields import FIELDS
 from gpuconsole.core.model import HostSnapshot
 from gpuconsole.telemetry.agent import SimGpus
 from gpuconsole.telemetry.smi.query import QUERY_COMPUTE_APPS_FIELDS
-from gpuconsole.telemetry.wire import AgentStream, Reading
+from gpuconsole.telemetry.wire import AgentStream, AgentTick
 
 NOW = 1_767_225_600.0
 HOST_TIME = NOW - 0.5
@@ -102,14 +102,14 @@ _json_values = st.recursive(
 )
 
 
-def decoded(where: str, key: str, value: object) -> tuple[AgentStream, Reading | None]:
+def decoded(where: str, key: str, value: object) -> tuple[AgentStream, AgentTick | None]:
     line = copy.deepcopy(BASE_LINE)
     entry = {"line": line, "gpu": line["gpus"][0], "process": line["processes"][0]}[where]  # type: ignore[index]
     entry[key] = value
     stream = AgentStream("gpu-node-07", clock=lambda: NOW)
     stream.feed(json.dumps(HELLO))
     event = stream.feed(json.dumps(line))  # nothing it holds may raise
-    assert event is None or isinstance(event, Reading)
+    assert event is None or isinstance(event, AgentTick)
     return stream, event
 
 
@@ -240,7 +240,7 @@ def test_in_smi_mode_a_process_detail_of_the_wrong_type_costs_only_itself(
     stream = AgentStream("gpu-node-07", clock=lambda: NOW)
     stream.feed(json.dumps({**HELLO, "mode": "smi"}))
     event = stream.feed(json.dumps(line))
-    assert isinstance(event, Reading), stream.last_malformed
+    assert isinstance(event, AgentTick), stream.last_malformed
     (process,) = event.snapshot.processes
     assert (process.pid, process.gpu, process.used_memory_mib) == (552, 0, 1002.0)
     assert process.command  # nvidia-smi's process name where the agent's is N/A

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from gpuconsole.actions.shell import LineSink, LocalShell, Shell, SshShell
-from gpuconsole.actions.verify.model import Output
+from gpuconsole.actions.verify.model import CommandOutput
 from gpuconsole.core import audit
 from gpuconsole.hosts.source import WatchedTarget
 from gpuconsole.hosts.ssh import SshSettings, connect
@@ -45,10 +45,10 @@ class HostShell:
         """What its changes are logged as (`repair-step`, `launch`, `memory-trial`...)."""
         self._shell = shell
 
-    async def run(self, command: str, timeout: float) -> Output:
+    async def run(self, command: str, timeout: float) -> CommandOutput:
         return await self._shell.run(command, timeout)
 
-    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+    async def stream(self, command: str, timeout: float, on_line: LineSink) -> CommandOutput:
         return await self._shell.stream(command, timeout, on_line)
 
     async def change(
@@ -59,7 +59,7 @@ class HostShell:
         on_line: LineSink | None = None,
         logged: str | None = None,
         **details: object,
-    ) -> Output:
+    ) -> CommandOutput:
         """Run ``command`` (streamed to ``on_line`` when given), then log it: the action, the
         host, what ran (``logged`` says it shorter where the command is long), ``details`` and
         the exit code (None: it timed out, or was stopped, and then ``stopped`` is true)."""
@@ -106,10 +106,10 @@ class _LentShell:
         self._lent = lent
         self._shell = SshShell(lent.connection, host)
 
-    async def run(self, command: str, timeout: float) -> Output:
+    async def run(self, command: str, timeout: float) -> CommandOutput:
         return await self._there(command, timeout, lambda: self._shell.run(command, timeout))
 
-    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+    async def stream(self, command: str, timeout: float, on_line: LineSink) -> CommandOutput:
         here = asyncio.get_running_loop()
 
         def back(line: str) -> None:
@@ -121,26 +121,26 @@ class _LentShell:
         )
 
     async def _there(
-        self, command: str, timeout: float, start: Callable[[], Awaitable[Output]]
-    ) -> Output:
+        self, command: str, timeout: float, start: Callable[[], Awaitable[CommandOutput]]
+    ) -> CommandOutput:
         here = asyncio.get_running_loop()
         ended: asyncio.Future[None] = here.create_future()
         stopping = threading.Event()
 
-        async def run_there() -> Output:
+        async def run_there() -> CommandOutput:
             try:
                 async with self._lent.channels:
                     return await start()
             except asyncio.CancelledError:
                 if stopping.is_set():
                     raise
-                return Output(command, None, "", _GONE)  # the source closed under it
+                return CommandOutput(command, None, "", _GONE)  # the source closed under it
             finally:
                 with contextlib.suppress(RuntimeError):
                     here.call_soon_threadsafe(_end, ended)
 
         if not self._lent.loop.is_running():
-            return Output(command, None, "", _GONE)
+            return CommandOutput(command, None, "", _GONE)
         running = asyncio.run_coroutine_threadsafe(run_there(), self._lent.loop)
         answer = asyncio.wrap_future(running)
         try:
@@ -153,7 +153,7 @@ class _LentShell:
             raise
         if not done:  # the supervisor's loop stopped before it could answer
             running.cancel()
-            return Output(command, None, "", _GONE)
+            return CommandOutput(command, None, "", _GONE)
         return answer.result()
 
 

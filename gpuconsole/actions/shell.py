@@ -14,7 +14,7 @@ from typing import Protocol
 
 import asyncssh
 
-from gpuconsole.actions.verify.model import Output
+from gpuconsole.actions.verify.model import CommandOutput
 
 # Probes run in the C locale so that tools print the words the judges read.
 _PREFIX = "LC_ALL=C; export LC_ALL; "
@@ -32,9 +32,9 @@ LineSink = Callable[[str], None]
 class Shell(Protocol):
     """Runs one shell command line and returns what it printed."""
 
-    async def run(self, command: str, timeout: float) -> Output: ...
+    async def run(self, command: str, timeout: float) -> CommandOutput: ...
 
-    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+    async def stream(self, command: str, timeout: float, on_line: LineSink) -> CommandOutput:
         """Run it with stderr merged into stdout, handing each line over as it comes."""
         ...
 
@@ -59,16 +59,16 @@ async def _read_lines(
 class LocalShell:
     """This machine's `/bin/sh`."""
 
-    async def run(self, command: str, timeout: float) -> Output:
+    async def run(self, command: str, timeout: float) -> CommandOutput:
         process = await _spawn(command, asyncio.subprocess.PIPE)
         try:
             stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
         except (asyncio.TimeoutError, TimeoutError):
             await _kill_group(process)
-            return Output(command, None, "", f"no answer within {timeout:g} s")
-        return Output(command, process.returncode, _text(stdout), _text(stderr))
+            return CommandOutput(command, None, "", f"no answer within {timeout:g} s")
+        return CommandOutput(command, process.returncode, _text(stdout), _text(stderr))
 
-    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+    async def stream(self, command: str, timeout: float, on_line: LineSink) -> CommandOutput:
         process = await _spawn(command, asyncio.subprocess.STDOUT)
         assert process.stdout is not None
         deadline = time.monotonic() + timeout
@@ -77,11 +77,11 @@ class LocalShell:
             await asyncio.wait_for(process.wait(), max(0.1, deadline - time.monotonic()))
         except (asyncio.TimeoutError, TimeoutError):
             await _kill_group(process)
-            return Output(command, None, "", f"no answer within {timeout:g} s")
+            return CommandOutput(command, None, "", f"no answer within {timeout:g} s")
         except asyncio.CancelledError:  # stopped by the user: nothing of it may run on
             await _kill_group(process)
             raise
-        return Output(command, process.returncode, "\n".join(lines))
+        return CommandOutput(command, process.returncode, "\n".join(lines))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +111,11 @@ class SshShell:
         self._connection = connection
         self._host = host or str((connection.get_extra_info("peername") or ("the host",))[0])
 
-    async def run(self, command: str, timeout: float) -> Output:
+    async def run(self, command: str, timeout: float) -> CommandOutput:
         deadline = time.monotonic() + timeout
         started = await self._start(command, asyncssh.PIPE, deadline)
         if isinstance(started, str):
-            return Output(command, None, "", started)
+            return CommandOutput(command, None, "", started)
         process = started.process
         try:
             stdout, stderr = await asyncio.wait_for(
@@ -129,17 +129,17 @@ class SshShell:
             await self._stop(started)
             raise
         except (asyncssh.Error, OSError) as error:
-            return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
+            return CommandOutput(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
         code = process.exit_status if process.exit_status is not None else 255
         printed = "".join(f"{line}\n" for line in started.preamble) + _text(stdout)
-        return Output(command, code, printed, _text(stderr))
+        return CommandOutput(command, code, printed, _text(stderr))
 
-    async def stream(self, command: str, timeout: float, on_line: LineSink) -> Output:
+    async def stream(self, command: str, timeout: float, on_line: LineSink) -> CommandOutput:
         """As `LocalShell.stream`; a stopped or timed-out command is killed on the host."""
         deadline = time.monotonic() + timeout
         started = await self._start(command, asyncssh.STDOUT, deadline)
         if isinstance(started, str):
-            return Output(command, None, "", started)
+            return CommandOutput(command, None, "", started)
         process = started.process
         for line in started.preamble:
             on_line(line)
@@ -152,9 +152,9 @@ class SshShell:
             await self._stop(started)
             raise
         except (asyncssh.Error, OSError) as error:
-            return Output(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
+            return CommandOutput(command, None, "", f"SSH: {getattr(error, 'reason', error)}")
         code = process.exit_status if process.exit_status is not None else 255
-        return Output(command, code, "\n".join([*started.preamble, *lines]))
+        return CommandOutput(command, code, "\n".join([*started.preamble, *lines]))
 
     async def _start(self, command: str, stderr: int, deadline: float) -> _Started | str:
         """The command started with no stdin, once its shell has said its process group (or
@@ -217,10 +217,10 @@ class SshShell:
         )
 
 
-def _given_up(command: str, timeout: float, stop: str | None) -> Output:
+def _given_up(command: str, timeout: float, stop: str | None) -> CommandOutput:
     """A command that timed out, with what its stop found where it was not gone."""
     why = f"no answer within {timeout:g} s"
-    return Output(command, None, "", why if stop is None else f"{why}; {stop}")
+    return CommandOutput(command, None, "", why if stop is None else f"{why}; {stop}")
 
 
 async def _told(process: asyncssh.SSHClientProcess[bytes], deadline: float) -> _Started:

@@ -16,7 +16,7 @@ from gpuconsole.telemetry import Source, SourceError
 
 
 @dataclass(frozen=True, slots=True)
-class Reading:
+class HostReading:
     """The outcome of reading one host: a snapshot, or the one-line reason there is none."""
 
     host: str
@@ -26,20 +26,20 @@ class Reading:
     """The host's state when the source knows it (see `SourceError.state`)."""
 
 
-def collect(source: Source, hosts: Iterable[str] | None = None) -> list[Reading]:
+def collect(source: Source, hosts: Iterable[str] | None = None) -> list[HostReading]:
     """Read each host once; one host's failure never stops the others."""
     readings = []
     for host in source.hosts if hosts is None else hosts:
         try:
-            readings.append(Reading(host, snapshot=source.read(host)))
+            readings.append(HostReading(host, snapshot=source.read(host)))
         except SourceError as error:
-            readings.append(Reading(host, error=str(error), state=error.state))
+            readings.append(HostReading(host, error=str(error), state=error.state))
         except Exception as error:  # a source's bug must not blind the console to other hosts
-            readings.append(Reading(host, error=f"{host}: {type(error).__name__}: {error}"))
+            readings.append(HostReading(host, error=f"{host}: {type(error).__name__}: {error}"))
     return readings
 
 
-def ingest(store: FleetStore, readings: Iterable[Reading]) -> set[str]:
+def ingest(store: FleetStore, readings: Iterable[HostReading]) -> set[str]:
     """Record the readings; returns the hosts whose view changed."""
     changed = set()
     for reading in readings:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
 from gpuconsole.fleet.alerts.engine import AlertEngine, findings_from
 from gpuconsole.fleet.alerts.rules import AlertRule
-from gpuconsole.fleet.poller import Reading, ingest, prime
+from gpuconsole.fleet.poller import HostReading, ingest, prime
 from gpuconsole.fleet.record.episodes import FINDING, OnsetTracker
 from gpuconsole.fleet.record.recorder import Recorder, tick_of
 from gpuconsole.fleet.store import HISTORY_READINGS, FleetStore
@@ -100,7 +100,7 @@ class FleetSession:
         if self.alerts.now is not None:
             self.onsets.update_alerts(self.alerts.now, self.alerts.active())
 
-    def take(self, readings: Sequence[Reading], stop: threading.Event | None = None) -> Round:
+    def take(self, readings: Sequence[HostReading], stop: threading.Event | None = None) -> Round:
         """One round's readings into the store, the alerts (at the newest reading's time) and
         Alertmanager's sender, the onsets and the recording. A round without a reading does not
         evaluate the alerts, and tells the sender nothing: its alerts then time out in
@@ -130,7 +130,7 @@ class FleetSession:
         return None if found is None else found.uuid
 
     def _note(
-        self, readings: Sequence[Reading], changed: set[str], stop: threading.Event | None
+        self, readings: Sequence[HostReading], changed: set[str], stop: threading.Event | None
     ) -> str | None:
         """The round into the onsets and the recorder; returns, once each, why recording
         stopped if it did, and that it fell behind."""

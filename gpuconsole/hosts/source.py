@@ -79,7 +79,7 @@ class SshSource:
     def can_signal(self, host: str) -> bool:
         return host in self.supervisor.hosts
 
-    def verify_target(self, host: str) -> Target:
+    def target_for(self, host: str) -> Target:
         entry = self.supervisor.link(host).entry
         return WatchedTarget(host, entry, Context(host, entry.expected_gpus), watch=self)
 
@@ -166,9 +166,9 @@ class FleetSource:
             return self._remote.send_signal(host, process, sig)
         return send_here(process, sig)
 
-    def verify_target(self, host: str) -> Target:
+    def target_for(self, host: str) -> Target:
         if self._remote is not None and self._owner[host] is self._remote:
-            return self._remote.verify_target(host)
+            return self._remote.target_for(host)
         return Target(host, None, Context(host))
 
     def close(self) -> None:

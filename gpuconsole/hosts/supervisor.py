@@ -43,9 +43,9 @@ from gpuconsole.telemetry import SourceError
 from gpuconsole.telemetry.wire import (
     AgentError,
     AgentStream,
+    AgentTick,
     Event,
     Hello,
-    Reading,
     Reply,
     agent_command,
     agent_script,
@@ -135,7 +135,7 @@ class Supervisor:
         max_connecting: int = 16,
         silence_ticks: int = 10,
         clock: Clock = wall_clock,
-        on_reading: Callable[[str, Reading], None] | None = None,
+        on_reading: Callable[[str, AgentTick], None] | None = None,
     ) -> None:
         self._links = {entry.name: HostLink(entry) for entry in entries}
         self._settings = settings or SshSettings()
@@ -347,7 +347,7 @@ class Supervisor:
                 link.malformed = stream.malformed
                 if stream.malformed > malformed and unread is None:
                     unread = self._unreadable(link, stream.last_malformed)
-                if isinstance(event, Reading | AgentError) and unread is not None:
+                if isinstance(event, AgentTick | AgentError) and unread is not None:
                     unread.cancel()
                     unread = None
                 produced = self._handle(link, event) or produced
@@ -377,9 +377,9 @@ class Supervisor:
 
     def _handle(self, link: HostLink, event: Event | None) -> bool:
         """Apply one event; True for a reading."""
-        if isinstance(event, Reading | AgentError):
+        if isinstance(event, AgentTick | AgentError):
             link.unreadable = None
-        if isinstance(event, Reading):
+        if isinstance(event, AgentTick):
             with self._lock:
                 link.pending = link.latest = event.snapshot
                 link.last_error = None

@@ -42,7 +42,7 @@ class Target:
 class TargetFinder(Protocol):
     """How to reach a host of the fleet to act on it: None for one that cannot be (simulated)."""
 
-    def verify_target(self, host: str) -> Target | None: ...
+    def target_for(self, host: str) -> Target | None: ...
 
 
 class UnknownHost(LookupError):

@@ -53,7 +53,7 @@ _EXIT_WAIT_S = 0.5
 # --- output ----------------------------------------------------------------------------------
 
 
-class Output:
+class LineWriter:
     """Writes the protocol's lines to a file descriptor, each whole (no partial writes)."""
 
     def __init__(self, fd: int) -> None:
@@ -1949,7 +1949,9 @@ def pids_in(apps_csv: str, fields: list[str]) -> list[int]:
 class Agent:
     """The tick loop: one reading (or one error) per tick, paced on the monotonic clock."""
 
-    def __init__(self, options: argparse.Namespace, events: queue.Queue, output: Output) -> None:
+    def __init__(
+        self, options: argparse.Namespace, events: queue.Queue, output: LineWriter
+    ) -> None:
         self._options = options
         self._events = events
         self._out = output
@@ -2225,7 +2227,7 @@ def main(argv: list[str]) -> int:
     options = parse_options(argv)
     events: queue.Queue = queue.Queue()
     try:
-        agent = Agent(options, events, Output(sys.stdout.fileno()))
+        agent = Agent(options, events, LineWriter(sys.stdout.fileno()))
     except Unavailable as error:
         sys.stderr.write(f"{MARKER}: {error}\n")
         return 1

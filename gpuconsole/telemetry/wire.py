@@ -146,7 +146,7 @@ class Hello:
 
 
 @dataclass(frozen=True, slots=True)
-class Reading:
+class AgentTick:
     """One tick's reading; ``sent_at`` is the host's clock, the snapshot's time the console's."""
 
     snapshot: HostSnapshot
@@ -169,7 +169,7 @@ class Reply:
     message: str
 
 
-Event: TypeAlias = Hello | Reading | AgentError | Reply
+Event: TypeAlias = Hello | AgentTick | AgentError | Reply
 
 
 # --- checked access to one JSON object -----------------------------------------------------------
@@ -360,7 +360,7 @@ class AgentStream:
         self._hello, self.mode = hello, mode
         return hello
 
-    def _reading_of(self, line: _Fields) -> Reading:
+    def _reading_of(self, line: _Fields) -> AgentTick:
         hello = self._hello
         if hello is None:
             raise _Malformed("a reading before the hello")
@@ -388,11 +388,11 @@ class AgentStream:
             bad_value_notes=tuple(notes[:MAX_NOTES]),
             node=node,
         )
-        return Reading(vetted(snapshot), sent_at)
+        return AgentTick(vetted(snapshot), sent_at)
 
     # --- the no-python3 fallback: nvidia-smi -lms CSV rows --------------------------------------
 
-    def _csv_row(self, text: str) -> Reading | None:
+    def _csv_row(self, text: str) -> AgentTick | None:
         notes: list[str] = []
         try:
             rows = parse_query_gpu_csv(text, QUERY_GPU_FIELDS, notes)
@@ -414,7 +414,7 @@ class AgentStream:
             reading = self._stream_reading()
         return reading
 
-    def _stream_reading(self) -> Reading:
+    def _stream_reading(self) -> AgentTick:
         gpus, self._rows = tuple(self._rows), []
         notes, self._notes = self._notes, []
         snapshot = HostSnapshot(
@@ -425,7 +425,7 @@ class AgentStream:
             bad_values=len(notes),
             bad_value_notes=tuple(notes[:MAX_NOTES]),
         )
-        return Reading(vetted(snapshot), None)
+        return AgentTick(vetted(snapshot), None)
 
 
 def _no_constant(name: str) -> None:

@@ -15,7 +15,7 @@ from gpuconsole.actions.processes import ProcessSignals
 from gpuconsole.core.clock import Clock, wall_clock
 from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
 from gpuconsole.fleet.alerts.rules import AlertRule
-from gpuconsole.fleet.poller import Reading, collect
+from gpuconsole.fleet.poller import HostReading, collect
 from gpuconsole.fleet.session import FleetSession, Round
 from gpuconsole.fleet.store import HISTORY_READINGS
 from gpuconsole.hosts.targets import Target, TargetFinder
@@ -249,7 +249,7 @@ class GpuConsoleApp(App[None]):
         if self.auto_poll:
             self._schedule_poll()
 
-    def poll_now(self) -> Worker[list[Reading]]:
+    def poll_now(self) -> Worker[list[HostReading]]:
         """Start one polling round now (the timer chain calls this; so can tests)."""
         return self.run_worker(
             lambda: collect(self.source),
@@ -287,7 +287,7 @@ class GpuConsoleApp(App[None]):
             if self.auto_poll:
                 self._schedule_poll()
 
-    def apply_readings(self, readings: list[Reading]) -> None:
+    def apply_readings(self, readings: list[HostReading]) -> None:
         """One round into the session; the screen on top shows what changed."""
         taken = self.fleet.take(readings)
         self._tell_problem(taken.problem)
@@ -308,7 +308,7 @@ class GpuConsoleApp(App[None]):
         """Open the verification screen on those of ``hosts`` that can be reached."""
         from gpuconsole.ui.screens.verify import VerifyScreen
 
-        found = [self.targets.verify_target(h) for h in hosts] if self.targets else []
+        found = [self.targets.target_for(h) for h in hosts] if self.targets else []
         targets = [t for t in found if t is not None]
         if not targets:
             self._refuse("nothing to verify: simulated hosts have no shell to run the checks in")
@@ -319,7 +319,7 @@ class GpuConsoleApp(App[None]):
         """Open the repair panel on ``host`` if it can be reached."""
         from gpuconsole.ui.screens.repair import RepairScreen
 
-        target = self.targets.verify_target(host) if self.targets else None
+        target = self.targets.target_for(host) if self.targets else None
         if target is None:
             self._refuse("nothing to repair: a simulated host has no driver to fix")
             return
@@ -331,7 +331,7 @@ class GpuConsoleApp(App[None]):
         from gpuconsole.actions.service import DRAIN
         from gpuconsole.ui.screens.service import ReasonScreen, ServiceScreen
 
-        target = self.targets.verify_target(host) if self.targets else None
+        target = self.targets.target_for(host) if self.targets else None
         if target is None:
             self._refuse(
                 f"nothing to {change}: a simulated host has no scheduler to take it out of"
@@ -386,7 +386,7 @@ class GpuConsoleApp(App[None]):
         """A panel that keeps a host's GPUs busy opens only after a yes, on a host with a shell."""
         from gpuconsole.ui.screens.confirm import ConfirmScreen
 
-        target = self.targets.verify_target(host) if self.targets else None
+        target = self.targets.target_for(host) if self.targets else None
         if target is None:
             self._refuse(refusal)
             return

@@ -35,7 +35,7 @@ from gpuconsole.actions.bundle.inputs import recorded_inputs
 from gpuconsole.actions.bundle.live import start
 from gpuconsole.core.model import Severity
 from gpuconsole.fleet.alerts.rules import AlertRule
-from gpuconsole.fleet.poller import Reading, collect
+from gpuconsole.fleet.poller import HostReading, collect
 from gpuconsole.fleet.record.episodes import Episode
 from gpuconsole.fleet.record.reader import Recording
 from gpuconsole.fleet.record.replay import EpisodesAt, ReplaySource
@@ -220,7 +220,7 @@ class ReplayApp(GpuConsoleApp):
         else:
             self._rebuild(new)
 
-    def poll_now(self) -> Worker[list[Reading]]:
+    def poll_now(self) -> Worker[list[HostReading]]:
         """Read every host at the cursor, and the episodes open there (a worker thread)."""
         return self.run_worker(
             self._read_at_cursor,
@@ -231,13 +231,13 @@ class ReplayApp(GpuConsoleApp):
             description="read the recording at the cursor",
         )
 
-    def _read_at_cursor(self) -> list[Reading]:
+    def _read_at_cursor(self) -> list[HostReading]:
         readings = collect(self.replay)
         episodes = self.replay.episodes_at()
         self.call_from_thread(self.recorded.load, episodes)
         return readings
 
-    def apply_readings(self, readings: list[Reading]) -> None:
+    def apply_readings(self, readings: list[HostReading]) -> None:
         """Readings of a read that the cursor has since moved back from are dropped."""
         cursor = self.replay.cursor
         if any(r.snapshot is not None and r.snapshot.time > cursor for r in readings):

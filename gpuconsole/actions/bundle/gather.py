@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from gpuconsole.actions.shell import Shell
 from gpuconsole.actions.verify.checks import CHECKS
-from gpuconsole.actions.verify.model import Check, HostReport, Output
+from gpuconsole.actions.verify.model import Check, CommandOutput, HostReport
 from gpuconsole.actions.verify.runner import verify_with
 from gpuconsole.hosts.targets import Context
 
@@ -76,7 +76,7 @@ async def gather(
     result = Gathered()
     limit = asyncio.Semaphore(SMI_AT_ONCE)
 
-    async def smi(gpu: int | None) -> tuple[int | None, Output]:
+    async def smi(gpu: int | None) -> tuple[int | None, CommandOutput]:
         async with limit:
             return gpu, await shell.run(smi_command(gpu), smi_timeout)
 
@@ -104,7 +104,7 @@ async def gather(
     return result
 
 
-def _problem(output: Output, what: str) -> str | None:
+def _problem(output: CommandOutput, what: str) -> str | None:
     """Why an output is not what was asked for, in one line; None when it is."""
     if output.timed_out:
         detail = output.stderr or "no answer"

@@ -60,7 +60,7 @@ def bundle_live(app: LiveConsole, host: str) -> None:
     findings = store.findings(host)
     alerts = tuple(fleet.alerts.active())
     episodes = tuple(fleet.onsets.episodes_now())
-    target = app.targets.verify_target(host) if app.targets else None
+    target = app.targets.target_for(host) if app.targets else None
     notes = (NO_SHELL,) if target is None else ()
     recording = fleet.recording
 

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 from gpuconsole.actions.repair.model import Cause, Diagnosis, Distro, Family, Walked
 from gpuconsole.actions.verify import hardware, stack
-from gpuconsole.actions.verify.model import Check, CheckResult, Evidence, Output, Probe, Status
+from gpuconsole.actions.verify.model import (
+    Check,
+    CheckResult,
+    CommandOutput,
+    Evidence,
+    Probe,
+    Status,
+)
 from gpuconsole.actions.verify.probes import SMI, SMI_QUERY, UNAME
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
 from gpuconsole.core.xid import FALLEN_OFF_THE_BUS
@@ -132,7 +139,7 @@ def _os_release_fields(text: str) -> dict[str, str]:
     return fields
 
 
-def parse_distro(os_release: Output, uname: Output | None = None) -> Distro:
+def parse_distro(os_release: CommandOutput, uname: CommandOutput | None = None) -> Distro:
     """The family from ID, then ID_LIKE (Rocky says "rhel centos fedora", Ubuntu "debian");
     the kernel from `uname -r`."""
     fields = _os_release_fields(os_release.stdout) if os_release.ok else {}
@@ -178,11 +185,11 @@ class _Seen:
         return self.evidence[SMI.name].ok
 
 
-def _text(output: Output) -> str:
+def _text(output: CommandOutput) -> str:
     return f"{output.stdout}\n{output.stderr}"
 
 
-def _lines_saying(output: Output, *phrases: str) -> list[str]:
+def _lines_saying(output: CommandOutput, *phrases: str) -> list[str]:
     """The lines of stdout and stderr holding any of ``phrases`` (case-insensitive)."""
     wanted = [p.casefold() for p in phrases]
     return [
@@ -517,7 +524,7 @@ _LOST_GPU = ("unable to determine the device handle", "gpu is lost", "fallen off
 _SMI_LOST_GPU_EXIT = 15  # nvidia-smi: "GPU fell off the bus" (gpu-facts.md, exit codes)
 
 
-def _xid_79_lines(output: Output) -> list[str]:
+def _xid_79_lines(output: CommandOutput) -> list[str]:
     return [
         line.strip()
         for line in output.stdout.splitlines()

@@ -22,9 +22,9 @@ from collections.abc import Iterable
 
 from gpuconsole.actions.verify.model import (
     Check,
+    CommandOutput,
     Evidence,
     Figure,
-    Output,
     Probe,
     Status,
     Verdict,
@@ -342,7 +342,7 @@ _HUNG_SMI = (
 )
 
 
-def _smi_unusable(output: Output, what: str) -> Verdict | None:
+def _smi_unusable(output: CommandOutput, what: str) -> Verdict | None:
     """The verdict when nvidia-smi gave nothing to judge; None when it answered.
 
     A failing nvidia-smi is a skip here: the driver checks report why it fails.
@@ -398,7 +398,7 @@ def _gpu_label(bus_id: str, by_bus: dict[tuple[int, int, int], str]) -> str:
     return f"GPU {index} ({bus_id})" if index is not None else f"GPU {bus_id}"
 
 
-def _json_report(output: Output) -> dict[str, object] | None:
+def _json_report(output: CommandOutput) -> dict[str, object] | None:
     """The JSON line a copy script printed last; None when there is none."""
     for line in reversed(output.stdout.splitlines()):
         if line.startswith("{"):
@@ -410,7 +410,7 @@ def _json_report(output: Output) -> dict[str, object] | None:
     return None
 
 
-def _script_unusable(output: Output, what: str) -> tuple[Verdict | None, dict[str, object]]:
+def _script_unusable(output: CommandOutput, what: str) -> tuple[Verdict | None, dict[str, object]]:
     """A copy script's report, or the verdict when it gave none (no python3, a crash, a skip)."""
     if output.timed_out:
         verdict = Verdict(
@@ -438,7 +438,7 @@ def _script_unusable(output: Output, what: str) -> tuple[Verdict | None, dict[st
     return None, report
 
 
-def _loaded_gpus(output: Output) -> list[dict[str, object]]:
+def _loaded_gpus(output: CommandOutput) -> list[dict[str, object]]:
     """The host-device script's per-GPU entries; [] when it did not run or skipped."""
     report = _json_report(output) if output.ok else None
     gpus = report.get("gpus") if report else None
@@ -491,7 +491,7 @@ def judge_persistence(evidence: Evidence, context: Context) -> Verdict:
 # --- ecc ----------------------------------------------------------------------------------------
 
 
-def _ecc_counts(output: Output) -> dict[str, tuple[int | None, int | None, int | None]]:
+def _ecc_counts(output: CommandOutput) -> dict[str, tuple[int | None, int | None, int | None]]:
     """index -> (uncorrectable since the driver loaded, uncorrectable lifetime, correctable since
     the driver loaded)."""
     if not output.ok:
@@ -855,7 +855,7 @@ _FABRIC_STATES = {"completed", "in progress", "not started"}
 _FABRIC_FINE = {"success", "n/a", ""}
 
 
-def _fabric_states(details: Output) -> list[tuple[str, str, str]]:
+def _fabric_states(details: CommandOutput) -> list[tuple[str, str, str]]:
     """(GPU bus id, fabric state, fabric status) per GPU in `nvidia-smi -q`'s text."""
     found, bus, in_fabric, state = [], "", False, ""
     for line in details.stdout.splitlines():
@@ -1232,7 +1232,7 @@ temp dir is a spinning disk or a throttled network volume, too slow to stage a d
 _COPIED = re.compile(r"(?P<bytes>\d+) bytes.*copied, (?P<seconds>[\d.]+) s")
 
 
-def _throughput(output: Output, prefix: str) -> float | None:
+def _throughput(output: CommandOutput, prefix: str) -> float | None:
     """MB/s from a `dd`-style 'N bytes ... copied, S s' line starting with ``prefix``."""
     for line in output.stdout.splitlines():
         if line.startswith(prefix) and (match := _COPIED.search(line)):

@@ -1,7 +1,7 @@
 """What a verification is made of: probes (commands run on a host), their outputs, checks that
 judge those outputs, and the results with their evidence and remedy.
 
-A check never runs anything itself: it names the probes it needs and judges their `Output`s.
+A check never runs anything itself: it names the probes it needs and judges their `CommandOutput`s.
 The runner runs each distinct probe once per host, so tests can judge recorded outputs and a
 rack of hosts runs the same commands once each.
 """
@@ -40,7 +40,7 @@ class Probe:
 
 
 @dataclass(frozen=True, slots=True)
-class Output:
+class CommandOutput:
     """What a probe printed. ``exit_code`` is None when it did not finish (timed out)."""
 
     command: str
@@ -95,7 +95,7 @@ class Verdict:
     figures: tuple[Figure, ...] = ()
 
 
-Evidence = Mapping[str, Output]
+Evidence = Mapping[str, CommandOutput]
 Judge = Callable[[Evidence, Context], Verdict]
 
 

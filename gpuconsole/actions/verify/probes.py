@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 
-from gpuconsole.actions.verify.model import Output, Probe
+from gpuconsole.actions.verify.model import CommandOutput, Probe
 
 SMI_FIELDS = (
     "index",
@@ -37,7 +37,7 @@ KERNEL_MODULES = Probe("modules", "cat /proc/modules")
 UNAME = Probe("uname", "uname -r")
 
 
-def smi_rows(output: Output) -> list[dict[str, str]]:
+def smi_rows(output: CommandOutput) -> list[dict[str, str]]:
     """The rows of `SMI_QUERY` as {field: value}, values stripped; [] when it did not run.
 
     nvidia-smi names a field it does not know in an error line instead of the CSV: such an
@@ -52,12 +52,12 @@ def smi_rows(output: Output) -> list[dict[str, str]]:
     return [dict(zip(header, (c.strip() for c in row), strict=False)) for row in rows[1:]]
 
 
-def loaded_modules(output: Output) -> set[str]:
+def loaded_modules(output: CommandOutput) -> set[str]:
     """The names of the loaded kernel modules in `KERNEL_MODULES`'s output."""
     return {line.split()[0] for line in output.stdout.splitlines() if line.strip()}
 
 
-def driver_module_version(output: Output) -> str | None:
+def driver_module_version(output: CommandOutput) -> str | None:
     """The version in /proc/driver/nvidia/version ("NVRM version: ... 580.159.04 ...")."""
     for line in output.stdout.splitlines():
         if line.startswith("NVRM version:"):
@@ -66,7 +66,7 @@ def driver_module_version(output: Output) -> str | None:
     return None
 
 
-def smi_cuda_version(output: Output) -> str | None:
+def smi_cuda_version(output: CommandOutput) -> str | None:
     """The 'CUDA Version: 13.0' of nvidia-smi's default table header."""
     for line in output.stdout.splitlines():
         if "CUDA Version:" in line:

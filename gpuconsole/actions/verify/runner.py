@@ -11,7 +11,14 @@ from collections.abc import Callable, Sequence
 from gpuconsole.actions.session import open_shell
 from gpuconsole.actions.shell import Shell
 from gpuconsole.actions.verify import peers
-from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Output, Probe, Status
+from gpuconsole.actions.verify.model import (
+    Check,
+    CheckResult,
+    CommandOutput,
+    HostReport,
+    Probe,
+    Status,
+)
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Context, Target
 
@@ -19,7 +26,7 @@ LIGHT_PROBES_AT_ONCE = 4
 
 
 def judge_all(
-    checks: Sequence[Check], evidence: dict[str, Output], context: Context
+    checks: Sequence[Check], evidence: dict[str, CommandOutput], context: Context
 ) -> tuple[CheckResult, ...]:
     """Each check's verdict on the outputs; a judge that raises gives a failed result, not a
     crash (the rest still count)."""
@@ -63,10 +70,10 @@ def distinct_probes(checks: Sequence[Check]) -> list[Probe]:
     return list(probes.values())
 
 
-async def run_probes(shell: Shell, probes: Sequence[Probe]) -> dict[str, Output]:
+async def run_probes(shell: Shell, probes: Sequence[Probe]) -> dict[str, CommandOutput]:
     limit = asyncio.Semaphore(LIGHT_PROBES_AT_ONCE)
 
-    async def light(probe: Probe) -> tuple[str, Output]:
+    async def light(probe: Probe) -> tuple[str, CommandOutput]:
         async with limit:
             return probe.name, await shell.run(probe.command, probe.timeout)
 

@@ -2,9 +2,9 @@
 do the CUDA toolkit, cuDNN, TensorRT and the frameworks fit the driver, and is anything in the
 way of the module (nouveau, missing headers, DKMS, Secure Boot)?
 
-Every probe is POSIX sh and exits 127 when its tool is not installed, so that `Output.missing`
-tells "not there" (skip) from "there and broken" (warn or fail). The remedies follow
-shared/reference/gpu-facts.md ("Driver failure modes", "Compatibility").
+Every probe is POSIX sh and exits 127 when its tool is not installed, so that
+`CommandOutput.missing` tells "not there" (skip) from "there and broken" (warn or fail). The
+remedies follow shared/reference/gpu-facts.md ("Driver failure modes", "Compatibility").
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuconsole.actions.verify import compat, probes
-from gpuconsole.actions.verify.model import Check, Evidence, Output, Probe, Status, Verdict
+from gpuconsole.actions.verify.model import Check, CommandOutput, Evidence, Probe, Status, Verdict
 from gpuconsole.hosts.targets import Context
 from gpuconsole.telemetry.smi.source import exit_meaning
 
@@ -129,7 +129,7 @@ _MISMATCH = "driver/library version mismatch"
 # -- readers shared by the judges ------------------------------------------------------------
 
 
-def _lines_with(output: Output, *words: str) -> tuple[str, ...]:
+def _lines_with(output: CommandOutput, *words: str) -> tuple[str, ...]:
     """The lines of stdout and stderr that contain any of ``words`` (case-insensitive)."""
     text = f"{output.stdout}\n{output.stderr}"
     wanted = [w.casefold() for w in words]
@@ -138,7 +138,7 @@ def _lines_with(output: Output, *words: str) -> tuple[str, ...]:
     )
 
 
-def _smi_header_driver(output: Output) -> str | None:
+def _smi_header_driver(output: CommandOutput) -> str | None:
     """The 'Driver Version: 580.159.04' of nvidia-smi's default table header."""
     match = re.search(r"Driver Version:\s*([\d.]+)", output.stdout)
     return match.group(1) if output.ok and match else None
@@ -172,7 +172,7 @@ def _driver_answers(evidence: Evidence) -> bool:
     return _module_driver(evidence) is not None or evidence[probes.SMI.name].ok
 
 
-def _json_line(output: Output) -> dict[str, Any] | None:
+def _json_line(output: CommandOutput) -> dict[str, Any] | None:
     """The last JSON object line a python probe printed; None if there is none."""
     for line in reversed(output.stdout.splitlines()):
         if line.startswith("{"):
@@ -520,7 +520,7 @@ def _judge_cuda_toolkit(evidence: Evidence, context: Context) -> Verdict:
 # -- cudnn -----------------------------------------------------------------------------------
 
 
-def _cudnn_from_header(output: Output) -> tuple[str, str] | None:
+def _cudnn_from_header(output: CommandOutput) -> tuple[str, str] | None:
     """(header path, version) from the cudnn-header probe; None if no header was found."""
     if not output.ok:
         return None
@@ -613,7 +613,7 @@ def _torch_summary(info: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _torch_lines(info: dict[str, Any], output: Output) -> tuple[str, ...]:
+def _torch_lines(info: dict[str, Any], output: CommandOutput) -> tuple[str, ...]:
     described = [f"{k}: {info[k]}" for k in ("python", "torch", "cuda", "available") if k in info]
     if "name" in info:
         described.append(f"device 0: {info['name']} (compute capability {info.get('capability')})")
@@ -652,7 +652,7 @@ def _judge_pytorch(evidence: Evidence, context: Context) -> Verdict:
     return _judge_torch_build(evidence, info, output)
 
 
-def _judge_torch_build(evidence: Evidence, info: dict[str, Any], output: Output) -> Verdict:
+def _judge_torch_build(evidence: Evidence, info: dict[str, Any], output: CommandOutput) -> Verdict:
     version, cuda = str(info["torch"]), info.get("cuda")
     release, lines = version.split("+")[0], _torch_lines(info, output)
     driver_cuda = _driver_cuda(evidence)
@@ -853,7 +853,7 @@ class DkmsEntry:
     line: str
 
 
-def dkms_entries(output: Output) -> list[DkmsEntry]:
+def dkms_entries(output: CommandOutput) -> list[DkmsEntry]:
     """`dkms status` lines, both "nvidia/535.129.03, 6.5.0-14-generic, x86_64: installed" (dkms
     3) and "nvidia, 470.82.00, 5.4.0-91-generic, x86_64: installed" (dkms 2)."""
     entries = []

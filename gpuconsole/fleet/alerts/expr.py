@@ -66,7 +66,7 @@ GpuReading = Callable[[GpuState, HostSnapshot], float | None]
 
 
 @dataclass(frozen=True, slots=True)
-class Reading:
+class Quantity:
     """A value a condition can name: how the console reads it and how PromQL selects it."""
 
     name: str
@@ -102,49 +102,49 @@ def _xid(gpu: GpuState, snapshot: HostSnapshot) -> float | None:
 _USED, _FREE = _metric("memory_used_mib"), _metric("memory_free_mib")
 
 _READINGS = (
-    Reading("utilization_pct", "GPU utilization, %", _field("utilization_pct"), ""),
-    Reading(
+    Quantity("utilization_pct", "GPU utilization, %", _field("utilization_pct"), ""),
+    Quantity(
         "memory_utilization_pct", "memory controller busy, %", _field("memory_utilization_pct"), ""
     ),
-    Reading("memory_used_mib", "GPU memory used, MiB", _field("memory_used_mib"), ""),
-    Reading("memory_free_mib", "GPU memory free, MiB", _field("memory_free_mib"), ""),
-    Reading("memory_total_mib", "GPU memory, MiB", _total, f"{_USED} + {_FREE}", True),
-    Reading(
+    Quantity("memory_used_mib", "GPU memory used, MiB", _field("memory_used_mib"), ""),
+    Quantity("memory_free_mib", "GPU memory free, MiB", _field("memory_free_mib"), ""),
+    Quantity("memory_total_mib", "GPU memory, MiB", _total, f"{_USED} + {_FREE}", True),
+    Quantity(
         "memory_used_pct",
         "GPU memory used, % of the total",
         _used_pct,
         f"{_USED} / ({_USED} + {_FREE}) * 100",
         True,
     ),
-    Reading("temperature_c", "GPU temperature, °C", _field("temperature_c"), ""),
-    Reading(
+    Quantity("temperature_c", "GPU temperature, °C", _field("temperature_c"), ""),
+    Quantity(
         "slowdown_temperature_c",
         "the GPU's slowdown temperature, °C",
         _field("slowdown_temperature_c"),
         "",
     ),
-    Reading("power_w", "power draw, W", _field("power_w"), ""),
-    Reading("power_limit_w", "enforced power limit, W", _field("power_limit_w"), ""),
-    Reading("sm_clock_mhz", "SM clock, MHz", _field("sm_clock_mhz"), ""),
-    Reading("sm_clock_max_mhz", "maximum SM clock, MHz", _field("sm_clock_max_mhz"), ""),
-    Reading("memory_clock_mhz", "memory clock, MHz", _field("memory_clock_mhz"), ""),
-    Reading(
+    Quantity("power_w", "power draw, W", _field("power_w"), ""),
+    Quantity("power_limit_w", "enforced power limit, W", _field("power_limit_w"), ""),
+    Quantity("sm_clock_mhz", "SM clock, MHz", _field("sm_clock_mhz"), ""),
+    Quantity("sm_clock_max_mhz", "maximum SM clock, MHz", _field("sm_clock_max_mhz"), ""),
+    Quantity("memory_clock_mhz", "memory clock, MHz", _field("memory_clock_mhz"), ""),
+    Quantity(
         "ecc_uncorrected", "uncorrectable ECC errors since boot", _field("ecc_uncorrected"), ""
     ),
-    Reading("ecc_corrected", "correctable ECC errors since boot", _field("ecc_corrected"), ""),
-    Reading("remap_pending", "1 while an HBM row remap is pending", _field("remap_pending"), ""),
-    Reading("remap_failure", "1 when an HBM row remap failed", _field("remap_failure"), ""),
-    Reading("pcie_gen", "PCIe link generation", _field("pcie_gen"), ""),
-    Reading("pcie_width", "PCIe link width", _field("pcie_width"), ""),
-    Reading("pcie_max_gen", "PCIe maximum link generation", _field("pcie_max_gen"), ""),
-    Reading("pcie_max_width", "PCIe maximum link width", _field("pcie_max_width"), ""),
-    Reading("xid", "the last XID error (0 when none)", _xid, dcgm.XID_METRIC),
+    Quantity("ecc_corrected", "correctable ECC errors since boot", _field("ecc_corrected"), ""),
+    Quantity("remap_pending", "1 while an HBM row remap is pending", _field("remap_pending"), ""),
+    Quantity("remap_failure", "1 when an HBM row remap failed", _field("remap_failure"), ""),
+    Quantity("pcie_gen", "PCIe link generation", _field("pcie_gen"), ""),
+    Quantity("pcie_width", "PCIe link width", _field("pcie_width"), ""),
+    Quantity("pcie_max_gen", "PCIe maximum link generation", _field("pcie_max_gen"), ""),
+    Quantity("pcie_max_width", "PCIe maximum link width", _field("pcie_max_width"), ""),
+    Quantity("xid", "the last XID error (0 when none)", _xid, dcgm.XID_METRIC),
 )
-READINGS: dict[str, Reading] = {
+READINGS: dict[str, Quantity] = {
     reading.name: (
         reading
         if reading.promql
-        else Reading(reading.name, reading.meaning, reading.read, _metric(reading.name))
+        else Quantity(reading.name, reading.meaning, reading.read, _metric(reading.name))
     )
     for reading in _READINGS
 }
@@ -524,7 +524,7 @@ class _PromQL:
         left, right = node.children
         return f"({self.value(left)} {node.ops[0]} {self.value(right)})"
 
-    def _reading(self, reading: Reading) -> str:
+    def _reading(self, reading: Quantity) -> str:
         if self._host_label is not None:
             return f"avg by ({self._host_label}) ({reading.promql})"
         return f"({reading.promql})" if reading.compound else reading.promql

@@ -33,7 +33,7 @@ from typing import Any
 from gpuconsole.core import paths
 from gpuconsole.core.model import Finding, HostSnapshot, XidEvent
 from gpuconsole.fleet.alerts.engine import Alert
-from gpuconsole.fleet.poller import Reading
+from gpuconsole.fleet.poller import HostReading
 from gpuconsole.fleet.record import schema
 from gpuconsole.fleet.record.codec import KEYFRAME_EVERY_S, Decoder, HostEncoder, to_ms
 from gpuconsole.fleet.record.episodes import Changes, Episode, OnsetTracker
@@ -87,7 +87,7 @@ class Tick:
 
 def tick_of(
     store: FleetStore,
-    readings: Iterable[Reading],
+    readings: Iterable[HostReading],
     changed: Iterable[str],
     alerts: Iterable[Alert] = (),
     now: float | None = None,

@@ -28,7 +28,7 @@ class Copyable(NamedTuple):
     value: str
 
 
-class Reading(NamedTuple):
+class Freshness(NamedTuple):
     """When the newest reading a screen shows was taken, and whether it is stale."""
 
     time: float | None
@@ -52,12 +52,12 @@ class ConsoleScreen(Screen[None]):
         """More about where the user is (a sort, a filter), after `where` in the title line."""
         return []
 
-    def reading(self) -> Reading:
+    def reading(self) -> Freshness:
         """The newest reading of the fleet; stale when no host is live."""
         store = self.store
         times = [s.time for host in store.hosts if (s := store.latest(host)) is not None]
         live = any(store.status(host).state is HostState.LIVE for host in store.hosts)
-        return Reading(max(times, default=None), not live)
+        return Freshness(max(times, default=None), not live)
 
     def copyables(self) -> list[Copyable]:
         """What `y` copies (the first) and `Y` offers (all), for the row under the cursor."""

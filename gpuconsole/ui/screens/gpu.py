@@ -33,7 +33,7 @@ from gpuconsole.fleet.alerts.engine import findings_from
 from gpuconsole.fleet.record.episodes import FINDING, Episode, OnsetTracker, finding_ident
 from gpuconsole.fleet.record.when import clock
 from gpuconsole.fleet.store import FleetStore
-from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, Reading, gpu_copyables
+from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, Freshness, gpu_copyables
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.cells import Palette
 from gpuconsole.ui.widgets.steady import Steady
@@ -293,11 +293,11 @@ class GpuScreen(ConsoleScreen):
     def where(self) -> str:
         return f"{self.host} GPU {self.gpu}"
 
-    def reading(self) -> Reading:
+    def reading(self) -> Freshness:
         """The host's newest reading; stale unless the host is live."""
         snapshot = self.store.latest(self.host) if self.host in self.store.hosts else None
         live = snapshot is not None and self.store.status(self.host).state is HostState.LIVE
-        return Reading(None if snapshot is None else snapshot.time, not live)
+        return Freshness(None if snapshot is None else snapshot.time, not live)
 
     def copyables(self) -> list[Copyable]:
         """The GPU's UUID and PCI bus id, then the host's name."""

@@ -24,7 +24,7 @@ from gpuconsole.core.model import (
 )
 from gpuconsole.fleet.host_order import SORT_KEYS, fleet_order
 from gpuconsole.rules.summary import short_model
-from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, Reading, gpu_copyables
+from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, Freshness, gpu_copyables
 from gpuconsole.ui.screens.confirm import ConfirmScreen
 from gpuconsole.ui.screens.fleet import FleetScreen
 from gpuconsole.ui.widgets import cells
@@ -269,11 +269,11 @@ class HostScreen(ConsoleScreen):
         key = self.query_one("#gpus", KeyedTable).cursor_key
         return int(key.partition("/")[0]) if key is not None else None
 
-    def reading(self) -> Reading:
+    def reading(self) -> Freshness:
         """The host's newest reading; stale unless the host is live."""
         snapshot = self.store.latest(self.host)
         live = self.store.status(self.host).state is HostState.LIVE
-        return Reading(None if snapshot is None else snapshot.time, not live)
+        return Freshness(None if snapshot is None else snapshot.time, not live)
 
     def refresh_view(self, changed: set[str] | None) -> None:
         super().refresh_view(changed)
