@@ -76,7 +76,9 @@ def cases() -> list[Case]:
     host_keys = (b"\r",)
     local = [*CONSOLE, "--refresh", "1"]
     nvitop = [sys.executable, "-m", "nvitop", "--interval", "1"]
-    ours = ("gpuconsole", " live ")  # the title; a host's state once it has been read
+    # The fleet table's last heading, shown at every width (the title is shortened at 80
+    # columns); a host's state once it has been read.
+    ours = ("Worst problem", " live ")
     return [
         Case("demo-host-160x48", [*CONSOLE, "--demo"], (160, 48), *ours, host_keys),
         Case("demo-host-80x24", [*CONSOLE, "--demo"], (80, 24), *ours, host_keys),

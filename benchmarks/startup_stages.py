@@ -25,8 +25,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 STARTED_ENV = "STARTUP_STAGES_STARTED"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def since_start() -> float:
@@ -76,7 +78,9 @@ def main() -> None:
     args = parser.parse_args()
     if not args.child:
         command = [sys.executable, __file__, "--child", *sys.argv[1:]]
-        env = {**os.environ, STARTED_ENV: repr(time.time())}
+        # The checkout's own package, installed or not: the child's path starts at the repository.
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": path, STARTED_ENV: repr(time.time())}
         raise SystemExit(subprocess.run(command, env=env).returncode)
     if not args.profile:
         print(json.dumps(stages(args.demo)))
