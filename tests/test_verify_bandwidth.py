@@ -13,8 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuconsole.actions.verify import hardware, peers, runner
-from gpuconsole.actions.verify.hardware import HOST_DEVICE_BANDWIDTH, pcie_theoretical_gbs
+from gpuconsole.actions.verify import peers, runner
+from gpuconsole.actions.verify.checks.pcie import (
+    CHECKS,
+    HOST_DEVICE_BANDWIDTH,
+    pcie_theoretical_gbs,
+)
 from gpuconsole.actions.verify.model import (
     Check,
     CheckResult,
@@ -30,7 +34,7 @@ from gpuconsole.actions.verify.probes import SMI_FIELDS, SMI_QUERY
 from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.rules.limits import LINK_PASS_FRACTION
 
-(CHECK,) = [c for c in hardware.CHECKS if c.id == "host-device-bandwidth"]
+(CHECK,) = [c for c in CHECKS if c.id == "host-device-bandwidth"]
 GEN5_X16 = 32 * 16 * 128 / 130 / 8
 
 

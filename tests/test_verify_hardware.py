@@ -15,25 +15,41 @@ import pytest
 from standin import write_standin_smi
 
 from gpuconsole.actions.shell import LocalShell
-from gpuconsole.actions.verify import hardware, runner
-from gpuconsole.actions.verify.hardware import (
-    DISK_FREE,
-    ECC_COUNTS,
-    FABRIC_MANAGER,
-    HOST_DEVICE_BANDWIDTH,
-    KERNEL_XIDS,
-    NVLINK_STATUS,
-    NVSWITCHES,
-    P2P_BANDWIDTH,
-    REMAPPED_ROWS,
-    SMI_DETAILS,
-)
+from gpuconsole.actions.verify import runner
+from gpuconsole.actions.verify.checks import HARDWARE, checks_of
+from gpuconsole.actions.verify.checks.disk_free import DISK_FREE
+from gpuconsole.actions.verify.checks.disk_read import DISK_READ
+from gpuconsole.actions.verify.checks.ecc import ECC_COUNTS
+from gpuconsole.actions.verify.checks.fabric_manager import FABRIC_MANAGER
+from gpuconsole.actions.verify.checks.nvlink import NVLINK_STATUS
+from gpuconsole.actions.verify.checks.nvme import NVME
+from gpuconsole.actions.verify.checks.p2p_bandwidth import P2P_BANDWIDTH
+from gpuconsole.actions.verify.checks.pcie import HOST_DEVICE_BANDWIDTH
+from gpuconsole.actions.verify.checks.row_remap import REMAPPED_ROWS
+from gpuconsole.actions.verify.checks.xid_log import KERNEL_XIDS
 from gpuconsole.actions.verify.model import CheckResult, CommandOutput, Probe, Status
-from gpuconsole.actions.verify.probes import SMI_QUERY
+from gpuconsole.actions.verify.probes import NVSWITCHES, SMI_DETAILS, SMI_QUERY
 from gpuconsole.hosts.targets import Context
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONTEXT = Context("gpu01")
+HARDWARE_CHECKS = checks_of(HARDWARE)
+PROBES = {
+    "SMI_QUERY": SMI_QUERY,
+    "ECC_COUNTS": ECC_COUNTS,
+    "REMAPPED_ROWS": REMAPPED_ROWS,
+    "HOST_DEVICE_BANDWIDTH": HOST_DEVICE_BANDWIDTH,
+    "NVLINK_STATUS": NVLINK_STATUS,
+    "SMI_DETAILS": SMI_DETAILS,
+    "NVSWITCHES": NVSWITCHES,
+    "P2P_BANDWIDTH": P2P_BANDWIDTH,
+    "FABRIC_MANAGER": FABRIC_MANAGER,
+    "KERNEL_XIDS": KERNEL_XIDS,
+    "NVME": NVME,
+    "DISK_FREE": DISK_FREE,
+    "DISK_READ": DISK_READ,
+}
+"""The probes `h200`'s changes name, by their constants' names."""
 
 # --- outputs of the real H200 host ----------------------------------------------------------------
 
@@ -86,7 +102,7 @@ NOT_FOUND = out("", 127, "sh: 1: systemctl: not found")
 
 def evidence(outputs: dict[Probe, CommandOutput]) -> dict[str, CommandOutput]:
     """Every hardware probe's output: those given; the rest as if their program were missing."""
-    found = {p.name: out("", 127, "not found") for p in runner.distinct_probes(hardware.CHECKS)}
+    found = {p.name: out("", 127, "not found") for p in runner.distinct_probes(HARDWARE_CHECKS)}
     found.update({probe.name: output for probe, output in outputs.items()})
     return found
 
@@ -105,39 +121,25 @@ def h200(**changes: CommandOutput) -> dict[Probe, CommandOutput]:
         DISK_FREE: out(H200_DF),
         HOST_DEVICE_BANDWIDTH: out(H200_COPIES + "\n"),
     }
-    outputs.update({getattr(hardware, name): output for name, output in changes.items()})
+    outputs.update({PROBES[name]: output for name, output in changes.items()})
     return outputs
 
 
 def judge(
     check_id: str, outputs: dict[Probe, CommandOutput], context: Context = CONTEXT
 ) -> CheckResult:
-    (check,) = [c for c in hardware.CHECKS if c.id == check_id]
+    (check,) = [c for c in HARDWARE_CHECKS if c.id == check_id]
     (result,) = runner.judge_all([check], evidence(outputs), context)
     return result
 
 
-def test_checks_are_listed_in_order_with_stable_ids() -> None:
-    assert [c.id for c in hardware.CHECKS] == [
-        "persistence-mode",
-        "ecc",
-        "row-remap",
-        "pcie-link",
-        "host-device-bandwidth",
-        "nvlink",
-        "p2p-bandwidth",
-        "fabric-manager",
-        "xid-log",
-        "nvme",
-        "disk-free",
-        "disk-read",
-    ]
-    heavy = {p.name for c in hardware.CHECKS for p in c.probes if p.heavy}
+def test_the_load_tests_are_the_heavy_probes() -> None:
+    heavy = {p.name for c in HARDWARE_CHECKS for p in c.probes if p.heavy}
     assert heavy == {"host-device-bandwidth", "p2p-bandwidth", "disk-read"}
 
 
 def test_the_healthy_h200_fails_nothing() -> None:
-    results = {r.id: r for r in runner.judge_all(hardware.CHECKS, evidence(h200()), CONTEXT)}
+    results = {r.id: r for r in runner.judge_all(HARDWARE_CHECKS, evidence(h200()), CONTEXT)}
     assert {i: r.status for i, r in results.items()} == {
         "persistence-mode": Status.PASS,
         "ecc": Status.PASS,
@@ -499,9 +501,9 @@ async def test_every_probe_runs_on_this_machine(
 ) -> None:
     """No GPU here: the GPU checks skip or judge what they find; the disk is really measured."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    report = await runner.verify_with(LocalShell(), hardware.CHECKS, Context("localhost"))
+    report = await runner.verify_with(LocalShell(), HARDWARE_CHECKS, Context("localhost"))
     results = {r.id: r for r in report.checks}
-    assert list(results) == [c.id for c in hardware.CHECKS]
+    assert list(results) == [c.id for c in HARDWARE_CHECKS]
     assert all(not r.summary.startswith("the check itself failed") for r in results.values())
     assert all(isinstance(r.status, Status) for r in results.values())
     assert results["disk-read"].status in (Status.PASS, Status.WARN)
@@ -575,7 +577,7 @@ async def test_the_copy_scripts_print_what_the_judges_read(
     ]
     query = out("\n".join([H200_QUERY.splitlines()[0], *rows]) + "\n")
     outputs = evidence({SMI_QUERY: query, HOST_DEVICE_BANDWIDTH: copies, P2P_BANDWIDTH: peers})
-    results = {r.id: r for r in runner.judge_all(hardware.CHECKS, outputs, CONTEXT)}
+    results = {r.id: r for r in runner.judge_all(HARDWARE_CHECKS, outputs, CONTEXT)}
     assert results["pcie-link"].status is Status.PASS
     assert "Gen5 x16 under load" in results["pcie-link"].evidence[0]
     assert results["host-device-bandwidth"].status is Status.PASS

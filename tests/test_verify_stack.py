@@ -14,12 +14,21 @@ from pathlib import Path
 import pytest
 
 from gpuconsole.actions.shell import LocalShell
-from gpuconsole.actions.verify import probes, runner, stack
+from gpuconsole.actions.verify import probes, runner
+from gpuconsole.actions.verify.checks import STACK, checks_of
+from gpuconsole.actions.verify.checks.cuda_toolkit import NVCC
+from gpuconsole.actions.verify.checks.cudnn import CUDNN_HEADER
+from gpuconsole.actions.verify.checks.dkms import DKMS, KERNEL_TREE
+from gpuconsole.actions.verify.checks.profiler import PROFILERS
+from gpuconsole.actions.verify.checks.secure_boot import MODULE_SIGNER, SECURE_BOOT
+from gpuconsole.actions.verify.checks.tensorflow import TENSORFLOW
+from gpuconsole.actions.verify.checks.tensorrt import TENSORRT
 from gpuconsole.actions.verify.model import CommandOutput, Probe, Status, Verdict
 from gpuconsole.hosts.targets import Context
 
 FIXTURES = Path(__file__).parent / "fixtures"
-CHECKS = {check.id: check for check in stack.CHECKS}
+STACK_CHECKS = checks_of(STACK)
+CHECKS = {check.id: check for check in STACK_CHECKS}
 
 
 def transcript() -> dict[str, str]:
@@ -96,11 +105,11 @@ def h200() -> dict[str, CommandOutput]:
             "nvidia 14381056 2 nvidia_uvm, Live 0x0000000000000000 (O)\n",
         ),
         probes.UNAME.name: out(probes.UNAME, kernel + "\n"),
-        stack.NVCC.name: out(stack.NVCC, said["nvcc --version"]),
-        stack.CUDNN_HEADER.name: out(stack.CUDNN_HEADER, code=1),
-        stack.TENSORRT.name: out(stack.TENSORRT, code=127),
-        stack.TORCH.name: out(
-            stack.TORCH,
+        NVCC.name: out(NVCC, said["nvcc --version"]),
+        CUDNN_HEADER.name: out(CUDNN_HEADER, code=1),
+        TENSORRT.name: out(TENSORRT, code=127),
+        probes.TORCH.name: out(
+            probes.TORCH,
             python_json(
                 torch=version,
                 cuda=cuda,
@@ -111,17 +120,17 @@ def h200() -> dict[str, CommandOutput]:
                 capability="9.0",
             ),
         ),
-        stack.TENSORFLOW.name: out(
-            stack.TENSORFLOW,
+        TENSORFLOW.name: out(
+            TENSORFLOW,
             python_json(missing=True, error="ModuleNotFoundError: No module named 'tensorflow'"),
         ),
-        stack.KERNEL_TREE.name: out(stack.KERNEL_TREE, f"absent /lib/modules/{kernel}\n"),
-        stack.DKMS.name: not_installed(stack.DKMS),
-        stack.SECURE_BOOT.name: not_installed(stack.SECURE_BOOT),
-        stack.MODULE_SIGNER.name: out(
-            stack.MODULE_SIGNER, code=1, stderr="modinfo: ERROR: Module nvidia not found.\n"
+        KERNEL_TREE.name: out(KERNEL_TREE, f"absent /lib/modules/{kernel}\n"),
+        DKMS.name: not_installed(DKMS),
+        SECURE_BOOT.name: not_installed(SECURE_BOOT),
+        MODULE_SIGNER.name: out(
+            MODULE_SIGNER, code=1, stderr="modinfo: ERROR: Module nvidia not found.\n"
         ),
-        stack.PROFILERS.name: out(stack.PROFILERS, "\n".join(tools) + "\n"),
+        PROFILERS.name: out(PROFILERS, "\n".join(tools) + "\n"),
     }
 
 
@@ -141,28 +150,8 @@ def assert_remedied(verdict: Verdict, *words: str) -> None:
 # -- the real H200 -------------------------------------------------------------------------
 
 
-def test_ids_in_order() -> None:
-    assert [c.id for c in stack.CHECKS] == [
-        "driver-loaded",
-        "nvidia-smi",
-        "nvml-driver-match",
-        "gpu-count",
-        "cuda-driver",
-        "cuda-toolkit",
-        "cudnn",
-        "tensorrt",
-        "pytorch",
-        "tensorflow",
-        "nouveau",
-        "kernel-headers",
-        "dkms",
-        "secure-boot",
-        "profiler",
-    ]
-
-
 def test_healthy_h200_passes_or_skips_with_reasons() -> None:
-    results = runner.judge_all(stack.CHECKS, h200(), Context("h200", expected_gpus=1))
+    results = runner.judge_all(STACK_CHECKS, h200(), Context("h200", expected_gpus=1))
     statuses = {r.id: r.status for r in results}
     assert statuses == {
         "driver-loaded": Status.PASS,
@@ -187,7 +176,7 @@ def test_healthy_h200_passes_or_skips_with_reasons() -> None:
 
 
 def test_h200_summaries_name_the_values() -> None:
-    results = {r.id: r for r in runner.judge_all(stack.CHECKS, h200(), Context("h200"))}
+    results = {r.id: r for r in runner.judge_all(STACK_CHECKS, h200(), Context("h200"))}
     assert "580.159.04" in results["driver-loaded"].summary
     assert "open" in results["driver-loaded"].summary
     assert results["nvidia-smi"].summary == "nvidia-smi answers: driver 580.159.04, CUDA 13.0"
@@ -371,14 +360,14 @@ def driver_535() -> dict[Probe, CommandOutput]:
 def nvcc(release: str, build: str) -> CommandOutput:
     # `nvcc --version`'s layout, as in the captured transcript
     return out(
-        stack.NVCC,
+        NVCC,
         "nvcc: NVIDIA (R) Cuda compiler driver\n"
         f"Cuda compilation tools, release {release}, V{build}\n",
     )
 
 
 def test_toolkit_newer_minor_on_driver_535_warns() -> None:
-    verdict = judge("cuda-toolkit", {**driver_535(), stack.NVCC: nvcc("12.8", "12.8.61")})
+    verdict = judge("cuda-toolkit", {**driver_535(), NVCC: nvcc("12.8", "12.8.61")})
     assert verdict.status is Status.WARN
     assert "12.8.61" in verdict.summary
     assert "driver 535.129.03 supports CUDA 12.2" in verdict.evidence
@@ -387,14 +376,14 @@ def test_toolkit_newer_minor_on_driver_535_warns() -> None:
 
 
 def test_toolkit_of_a_newer_major_fails() -> None:
-    verdict = judge("cuda-toolkit", {**driver_535(), stack.NVCC: nvcc("13.0", "13.0.88")})
+    verdict = judge("cuda-toolkit", {**driver_535(), NVCC: nvcc("13.0", "13.0.88")})
     assert verdict.status is Status.FAIL
     assert verdict.summary == "CUDA toolkit 13.0.88 cannot run on driver 535.129.03"
     assert_remedied(verdict, "580.65.06")
 
 
 def test_toolkit_absent_skips_and_no_driver_skips() -> None:
-    assert judge("cuda-toolkit", {stack.NVCC: not_installed(stack.NVCC)}).status is Status.SKIP
+    assert judge("cuda-toolkit", {NVCC: not_installed(NVCC)}).status is Status.SKIP
     no_driver = {
         probes.SMI: not_installed(probes.SMI),
         probes.SMI_QUERY: not_installed(probes.SMI_QUERY),
@@ -414,7 +403,7 @@ def test_cudnn_from_the_header() -> None:
         "/usr/include/x86_64-linux-gnu/cudnn_version.h\n"
         "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 1\n#define CUDNN_PATCHLEVEL 0\n"
     )
-    verdict = judge("cudnn", {stack.CUDNN_HEADER: out(stack.CUDNN_HEADER, header)})
+    verdict = judge("cudnn", {CUDNN_HEADER: out(CUDNN_HEADER, header)})
     assert verdict.status is Status.PASS
     assert verdict.summary.startswith(
         "cuDNN 9.1.0 (/usr/include/x86_64-linux-gnu/cudnn_version.h); cuDNN 9.19.0 in torch"
@@ -422,37 +411,37 @@ def test_cudnn_from_the_header() -> None:
 
 
 def test_cudnn_8_number_and_none() -> None:
-    torch = out(stack.TORCH, python_json(torch="2.1.0+cu121", cuda="12.1", cudnn=8902))
-    assert "cuDNN 8.9.2" in judge("cudnn", {stack.TORCH: torch}).summary
-    gone = out(stack.TORCH, python_json(missing=True, error="No module named 'torch'"))
-    assert judge("cudnn", {stack.TORCH: gone}).status is Status.SKIP
+    torch = out(probes.TORCH, python_json(torch="2.1.0+cu121", cuda="12.1", cudnn=8902))
+    assert "cuDNN 8.9.2" in judge("cudnn", {probes.TORCH: torch}).summary
+    gone = out(probes.TORCH, python_json(missing=True, error="No module named 'torch'"))
+    assert judge("cudnn", {probes.TORCH: gone}).status is Status.SKIP
 
 
 def test_tensorrt_versions() -> None:
-    python = out(stack.TENSORRT, "python tensorrt 10.3.0\n")
-    assert judge("tensorrt", {stack.TENSORRT: python}).summary == "TensorRT 10.3.0 (python)"
+    python = out(TENSORRT, "python tensorrt 10.3.0\n")
+    assert judge("tensorrt", {TENSORRT: python}).summary == "TensorRT 10.3.0 (python)"
     # dpkg-query's answer for NVIDIA's libnvinfer packages, formatted by the probe
     debs = out(
-        stack.TENSORRT,
+        TENSORRT,
         "dpkg libnvinfer-dev 10.3.0.26-1+cuda12.5\ndpkg libnvinfer10 10.3.0.26-1+cuda12.5\n",
     )
-    verdict = judge("tensorrt", {stack.TENSORRT: debs})
+    verdict = judge("tensorrt", {TENSORRT: debs})
     assert verdict.status is Status.PASS
     assert verdict.summary == "TensorRT 10.3.0.26 (dpkg)"
-    library = out(stack.TENSORRT, "library /usr/lib/x86_64-linux-gnu/libnvinfer.so.8.6.1\n")
-    assert judge("tensorrt", {stack.TENSORRT: library}).summary == "TensorRT 8.6.1 (library)"
+    library = out(TENSORRT, "library /usr/lib/x86_64-linux-gnu/libnvinfer.so.8.6.1\n")
+    assert judge("tensorrt", {TENSORRT: library}).summary == "TensorRT 8.6.1 (library)"
 
 
 # -- pytorch -------------------------------------------------------------------------------
 
 
 def torch_on(**fields: object) -> CommandOutput:
-    return out(stack.TORCH, python_json(**fields))
+    return out(probes.TORCH, python_json(**fields))
 
 
 def test_torch_cu124_on_cuda_12_2_driver_warns_minor_compat() -> None:
     torch = torch_on(torch="2.4.0+cu124", cuda="12.4", cudnn=90100, available=True, devices=1)
-    verdict = judge("pytorch", {**driver_535(), stack.TORCH: torch})
+    verdict = judge("pytorch", {**driver_535(), probes.TORCH: torch})
     assert verdict.status is Status.WARN
     assert "12.4" in verdict.summary and "12.2" in verdict.summary
     assert_remedied(verdict, "550.54.14", "https://download.pytorch.org/whl/cu121")
@@ -461,12 +450,12 @@ def test_torch_cu124_on_cuda_12_2_driver_warns_minor_compat() -> None:
 def test_torch_cu124_unavailable_on_old_driver_fails() -> None:
     # torch's documented warning when the driver is too old for its CUDA
     torch = out(
-        stack.TORCH,
+        probes.TORCH,
         python_json(torch="2.4.0+cu124", cuda="12.4", cudnn=90100, available=False, devices=0),
         stderr="UserWarning: CUDA initialization: The NVIDIA driver on your system is too old "
         "(found version 12020).\n",
     )
-    verdict = judge("pytorch", {**driver_535(), stack.TORCH: torch})
+    verdict = judge("pytorch", {**driver_535(), probes.TORCH: torch})
     assert verdict.status is Status.FAIL
     assert "is_available() is False" in verdict.summary
     assert any("too old" in line for line in verdict.evidence)
@@ -475,14 +464,14 @@ def test_torch_cu124_unavailable_on_old_driver_fails() -> None:
 
 def test_torch_unavailable_with_a_fitting_build_points_at_the_devices() -> None:
     torch = torch_on(torch="2.11.0+cu130", cuda="13.0", cudnn=91900, available=False, devices=0)
-    verdict = judge("pytorch", {stack.TORCH: torch})
+    verdict = judge("pytorch", {probes.TORCH: torch})
     assert verdict.status is Status.FAIL
     assert_remedied(verdict, "CUDA_VISIBLE_DEVICES", "/dev/nvidia")
 
 
 def test_cpu_only_torch_on_a_gpu_host_fails_with_the_index_url() -> None:
     torch = torch_on(torch="2.4.0+cpu", cuda=None, cudnn=None, available=False, devices=0)
-    verdict = judge("pytorch", {**driver_535(), stack.TORCH: torch})
+    verdict = judge("pytorch", {**driver_535(), probes.TORCH: torch})
     assert verdict.status is Status.FAIL
     assert verdict.summary == "torch 2.4.0+cpu is a CPU-only build on a GPU host"
     assert_remedied(verdict, "torch==2.4.0 --index-url https://download.pytorch.org/whl/cu121")
@@ -491,7 +480,7 @@ def test_cpu_only_torch_on_a_gpu_host_fails_with_the_index_url() -> None:
 def test_torch_experimental_build_of_the_guide_passes_and_says_so() -> None:
     # the guide's torch 1.12 + CUDA 11.6 on a driver of CUDA 11.7
     torch = torch_on(torch="1.12.1+cu116", cuda="11.6", cudnn=8302, available=True, devices=8)
-    verdict = judge("pytorch", {**driver_at("515.65.01", "11.7"), stack.TORCH: torch})
+    verdict = judge("pytorch", {**driver_at("515.65.01", "11.7"), probes.TORCH: torch})
     assert verdict.status is Status.PASS
     assert verdict.summary == (
         "torch 1.12.1+cu116, CUDA 11.6, cuDNN 8.3.2, 8 GPUs "
@@ -501,7 +490,7 @@ def test_torch_experimental_build_of_the_guide_passes_and_says_so() -> None:
 
 def test_torch_cuda_not_built_for_that_release_warns() -> None:
     torch = torch_on(torch="2.4.0", cuda="12.2", cudnn=90100, available=True, devices=1)
-    verdict = judge("pytorch", {**driver_535(), stack.TORCH: torch})
+    verdict = judge("pytorch", {**driver_535(), probes.TORCH: torch})
     assert verdict.status is Status.WARN
     assert "no official CUDA 12.2 build" in verdict.summary
     assert_remedied(verdict, "whl/cu121")
@@ -509,22 +498,22 @@ def test_torch_cuda_not_built_for_that_release_warns() -> None:
 
 def test_torch_newer_major_than_the_driver_fails() -> None:
     torch = torch_on(torch="2.11.0+cu130", cuda="13.0", cudnn=91900, available=True, devices=1)
-    verdict = judge("pytorch", {**driver_535(), stack.TORCH: torch})
+    verdict = judge("pytorch", {**driver_535(), probes.TORCH: torch})
     assert verdict.status is Status.FAIL
     assert_remedied(verdict, "580.65.06", "whl/cu")
 
 
 def test_torch_absent_broken_and_slow() -> None:
-    assert judge("pytorch", {stack.TORCH: not_installed(stack.TORCH)}).status is Status.SKIP
+    assert judge("pytorch", {probes.TORCH: not_installed(probes.TORCH)}).status is Status.SKIP
     absent = torch_on(missing=True, error="ModuleNotFoundError: No module named 'torch'")
-    assert judge("pytorch", {stack.TORCH: absent}).status is Status.SKIP
+    assert judge("pytorch", {probes.TORCH: absent}).status is Status.SKIP
     broken = torch_on(error="ImportError: libcudnn.so.9: cannot open shared object file")
-    verdict = judge("pytorch", {stack.TORCH: broken})
+    verdict = judge("pytorch", {probes.TORCH: broken})
     assert verdict.summary == (
         "torch does not import: ImportError: libcudnn.so.9: cannot open shared object file"
     )
     assert_remedied(verdict, "--force-reinstall")
-    slow = judge("pytorch", {stack.TORCH: out(stack.TORCH, code=None, stderr="no answer")})
+    slow = judge("pytorch", {probes.TORCH: out(probes.TORCH, code=None, stderr="no answer")})
     assert slow.status is Status.WARN
     assert "60 s" in slow.summary
 
@@ -546,7 +535,7 @@ def test_torch_probe_runs_and_prints_one_json_line(tmp_path: Path, monkeypatch) 
         "def get_device_capability(i):\n    return (9, 0)\n"
     )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    output = asyncio.run(LocalShell().run(stack.TORCH.command, stack.TORCH.timeout))
+    output = asyncio.run(LocalShell().run(probes.TORCH.command, probes.TORCH.timeout))
     assert json.loads(output.stdout) | {"python": None} == {
         "python": None,
         "torch": "9.9.0+cu999",
@@ -563,7 +552,7 @@ def test_torch_probe_runs_and_prints_one_json_line(tmp_path: Path, monkeypatch) 
 
 
 def tf_on(**fields: object) -> dict[Probe, CommandOutput]:
-    return {stack.TENSORFLOW: out(stack.TENSORFLOW, python_json(**fields))}
+    return {TENSORFLOW: out(TENSORFLOW, python_json(**fields))}
 
 
 def test_tensorflow_without_gpu_on_a_gpu_host_fails() -> None:
@@ -610,18 +599,18 @@ def test_nouveau_absent_passes() -> None:
 
 
 def test_missing_headers_warn() -> None:
-    tree = out(stack.KERNEL_TREE, "missing /lib/modules/6.5.0-14-generic/build\n")
-    verdict = judge("kernel-headers", {stack.KERNEL_TREE: tree})
+    tree = out(KERNEL_TREE, "missing /lib/modules/6.5.0-14-generic/build\n")
+    verdict = judge("kernel-headers", {KERNEL_TREE: tree})
     assert verdict.status is Status.WARN
     assert verdict.summary.startswith("no kernel headers for 6.5.0-14-generic")
     assert_remedied(verdict, "linux-headers-$(uname -r)", "kernel-devel-$(uname -r)")
 
 
 def test_headers_present_and_absent_tree_with_dkms() -> None:
-    there = out(stack.KERNEL_TREE, "present /lib/modules/6.5.0-14-generic/build\n")
-    assert judge("kernel-headers", {stack.KERNEL_TREE: there}).status is Status.PASS
-    dkms = out(stack.DKMS, "nvidia/535.129.03: added\n")
-    assert judge("kernel-headers", {stack.DKMS: dkms}).status is Status.WARN
+    there = out(KERNEL_TREE, "present /lib/modules/6.5.0-14-generic/build\n")
+    assert judge("kernel-headers", {KERNEL_TREE: there}).status is Status.PASS
+    dkms = out(DKMS, "nvidia/535.129.03: added\n")
+    assert judge("kernel-headers", {DKMS: dkms}).status is Status.WARN
 
 
 # `dkms status` lines as dkms 3 prints them (and dkms 2, comma-separated), per its man page.
@@ -629,8 +618,8 @@ UNAME_6_5 = {probes.UNAME: out(probes.UNAME, "6.5.0-14-generic\n")}
 
 
 def test_dkms_added_only_fails_with_build_and_make_log() -> None:
-    dkms = out(stack.DKMS, "nvidia/535.129.03: added\n")
-    verdict = judge("dkms", {**UNAME_6_5, stack.DKMS: dkms})
+    dkms = out(DKMS, "nvidia/535.129.03: added\n")
+    verdict = judge("dkms", {**UNAME_6_5, DKMS: dkms})
     assert verdict.status is Status.FAIL
     assert "6.5.0-14-generic" in verdict.summary
     assert_remedied(
@@ -642,46 +631,46 @@ def test_dkms_added_only_fails_with_build_and_make_log() -> None:
 
 
 def test_dkms_built_for_another_kernel_fails() -> None:
-    dkms = out(stack.DKMS, "nvidia/535.129.03, 6.2.0-39-generic, x86_64: installed\n")
-    assert judge("dkms", {**UNAME_6_5, stack.DKMS: dkms}).status is Status.FAIL
+    dkms = out(DKMS, "nvidia/535.129.03, 6.2.0-39-generic, x86_64: installed\n")
+    assert judge("dkms", {**UNAME_6_5, DKMS: dkms}).status is Status.FAIL
 
 
 def test_dkms_installed_for_the_running_kernel_passes() -> None:
     dkms = out(
-        stack.DKMS,
+        DKMS,
         "nvidia/535.129.03, 6.2.0-39-generic, x86_64: installed\n"
         "nvidia/535.129.03, 6.5.0-14-generic, x86_64: installed\n",
     )
-    verdict = judge("dkms", {**UNAME_6_5, stack.DKMS: dkms})
+    verdict = judge("dkms", {**UNAME_6_5, DKMS: dkms})
     assert verdict.status is Status.PASS
-    old = out(stack.DKMS, "nvidia, 470.82.00, 6.5.0-14-generic, x86_64: installed\n")
-    assert judge("dkms", {**UNAME_6_5, stack.DKMS: old}).status is Status.PASS
+    old = out(DKMS, "nvidia, 470.82.00, 6.5.0-14-generic, x86_64: installed\n")
+    assert judge("dkms", {**UNAME_6_5, DKMS: old}).status is Status.PASS
 
 
 def test_dkms_without_nvidia_skips() -> None:
-    dkms = out(stack.DKMS, "virtualbox/7.0.10, 6.5.0-14-generic, x86_64: installed\n")
-    assert judge("dkms", {**UNAME_6_5, stack.DKMS: dkms}).status is Status.SKIP
+    dkms = out(DKMS, "virtualbox/7.0.10, 6.5.0-14-generic, x86_64: installed\n")
+    assert judge("dkms", {**UNAME_6_5, DKMS: dkms}).status is Status.SKIP
 
 
 # -- secure-boot, profiler -----------------------------------------------------------------
 
-SB_ON = {stack.SECURE_BOOT: out(stack.SECURE_BOOT, "SecureBoot enabled\n")}  # mokutil's words
+SB_ON = {SECURE_BOOT: out(SECURE_BOOT, "SecureBoot enabled\n")}  # mokutil's words
 
 
 def test_secure_boot_unsigned_module_fails() -> None:
-    unsigned = out(stack.MODULE_SIGNER, "\n")  # modinfo -F prints an empty field
-    verdict = judge("secure-boot", {**SB_ON, stack.MODULE_SIGNER: unsigned})
+    unsigned = out(MODULE_SIGNER, "\n")  # modinfo -F prints an empty field
+    verdict = judge("secure-boot", {**SB_ON, MODULE_SIGNER: unsigned})
     assert verdict.status is Status.FAIL
     assert_remedied(verdict, "mokutil --import", "Key was rejected by service", "disable")
 
 
 def test_secure_boot_signed_or_off_passes() -> None:
-    signed = out(stack.MODULE_SIGNER, "DKMS module signing key\n")
-    verdict = judge("secure-boot", {**SB_ON, stack.MODULE_SIGNER: signed})
+    signed = out(MODULE_SIGNER, "DKMS module signing key\n")
+    verdict = judge("secure-boot", {**SB_ON, MODULE_SIGNER: signed})
     assert verdict.status is Status.PASS
     assert "DKMS module signing key" in verdict.summary
-    off = out(stack.SECURE_BOOT, "SecureBoot disabled\n")
-    assert judge("secure-boot", {stack.SECURE_BOOT: off}).status is Status.PASS
+    off = out(SECURE_BOOT, "SecureBoot disabled\n")
+    assert judge("secure-boot", {SECURE_BOOT: off}).status is Status.PASS
 
 
 def test_secure_boot_no_module_to_check() -> None:
@@ -695,8 +684,8 @@ def test_secure_boot_no_module_to_check() -> None:
 
 
 def test_nvprof_only_on_hopper_warns() -> None:
-    nvprof = out(stack.PROFILERS, "nvprof /usr/local/cuda/bin/nvprof\n")
-    verdict = judge("profiler", {stack.PROFILERS: nvprof})
+    nvprof = out(PROFILERS, "nvprof /usr/local/cuda/bin/nvprof\n")
+    verdict = judge("profiler", {PROFILERS: nvprof})
     assert verdict.status is Status.WARN
     assert "9.0" in verdict.summary
     assert_remedied(verdict, "ncu", "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct")
@@ -705,11 +694,11 @@ def test_nvprof_only_on_hopper_warns() -> None:
 def test_nvprof_on_volta_passes_and_none_skips() -> None:
     row = {**h200_query_row(), "compute_cap": "7.0"}
     volta = {
-        stack.PROFILERS: out(stack.PROFILERS, "nvprof /usr/local/cuda/bin/nvprof\n"),
+        PROFILERS: out(PROFILERS, "nvprof /usr/local/cuda/bin/nvprof\n"),
         probes.SMI_QUERY: out(probes.SMI_QUERY, smi_query_csv(row)),
     }
     assert judge("profiler", volta).status is Status.PASS
-    assert judge("profiler", {stack.PROFILERS: out(stack.PROFILERS)}).status is Status.SKIP
+    assert judge("profiler", {PROFILERS: out(PROFILERS)}).status is Status.SKIP
 
 
 # -- for real, on this machine (no GPU, no driver) -----------------------------------------
@@ -718,10 +707,10 @@ def test_nvprof_on_volta_passes_and_none_skips() -> None:
 @pytest.mark.skipif(Path("/proc/driver/nvidia/version").exists(), reason="has an NVIDIA driver")
 def test_probes_run_for_real_without_a_driver() -> None:
     began = time.monotonic()
-    report = asyncio.run(runner.verify_with(LocalShell(), stack.CHECKS, Context("localhost")))
+    report = asyncio.run(runner.verify_with(LocalShell(), STACK_CHECKS, Context("localhost")))
     assert time.monotonic() - began < 60
     results = {r.id: r for r in report.checks}
-    assert list(results) == [c.id for c in stack.CHECKS]
+    assert list(results) == [c.id for c in STACK_CHECKS]
     for result in results.values():
         assert result.status in set(Status)
         assert not result.summary.startswith("the check itself failed"), result

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuconsole.actions.repair.model import Cause, Diagnosis, Distro, Family, Walked
-from gpuconsole.actions.verify import hardware, stack
+from gpuconsole.actions.verify.checks import CHECKS, dkms, row_remap, xid_log
 from gpuconsole.actions.verify.model import (
     Check,
     CheckResult,
@@ -106,7 +106,7 @@ _CHECK_IDS = (
     "xid-log",
     "gpu-count",
 )
-_ALL_CHECKS = {check.id: check for check in (*stack.CHECKS, *hardware.CHECKS)}
+_ALL_CHECKS = {check.id: check for check in CHECKS}
 DIAGNOSIS_CHECKS: tuple[Check, ...] = tuple(_ALL_CHECKS[i] for i in _CHECK_IDS)
 
 
@@ -199,12 +199,12 @@ def _lines_saying(output: CommandOutput, *phrases: str) -> list[str]:
     ]
 
 
-def nvidia_dkms_entries(evidence: Evidence) -> list[stack.DkmsEntry]:
+def nvidia_dkms_entries(evidence: Evidence) -> list[dkms.DkmsEntry]:
     """The nvidia DKMS entries ("nvidia", or "nvidia-srv" for Ubuntu's -server packages).
 
     Read with the dkms check's own reader, which knows both dkms 2's and dkms 3's formats.
     """
-    entries = stack.dkms_entries(evidence[stack.DKMS.name])
+    entries = dkms.dkms_entries(evidence[dkms.DKMS.name])
     return [e for e in entries if e.module.startswith("nvidia")]
 
 
@@ -450,7 +450,7 @@ def _kernel_headers_missing(seen: _Seen) -> Walked:
         )
     if status is Status.WARN:
         return _walked("kernel-headers-missing", True, said)
-    tree = seen.evidence[stack.KERNEL_TREE.name].stdout.split()[:1]
+    tree = seen.evidence[dkms.KERNEL_TREE.name].stdout.split()[:1]
     if status is Status.PASS or tree == ["absent"]:
         return _walked("kernel-headers-missing", False, said)
     return _walked("kernel-headers-missing", None, said)
@@ -534,7 +534,7 @@ def _xid_79_lines(output: CommandOutput) -> list[str]:
 
 def _gpu_fallen_off_bus(seen: _Seen) -> Walked:
     smi, query = seen.evidence[SMI.name], seen.evidence[SMI_QUERY.name]
-    off = _xid_79_lines(seen.evidence[hardware.KERNEL_XIDS.name])
+    off = _xid_79_lines(seen.evidence[xid_log.KERNEL_XIDS.name])
     lost = _lines_saying(smi, *_LOST_GPU) or _lines_saying(query, *_LOST_GPU)
     if smi.exit_code == _SMI_LOST_GPU_EXIT and not lost:
         lost = [f"nvidia-smi exited {_SMI_LOST_GPU_EXIT}: a GPU fell off the bus"]
@@ -561,7 +561,7 @@ def _yes(value: str) -> bool:
 
 def remap_rows(evidence: Evidence) -> list[tuple[str, bool, bool]]:
     """(GPU bus id, remap pending, remap failed) per GPU of the remapped-rows query."""
-    output = evidence[hardware.REMAPPED_ROWS.name]
+    output = evidence[row_remap.REMAPPED_ROWS.name]
     if not output.ok:
         return []
     rows = csv.reader(output.stdout.splitlines(), skipinitialspace=True)
@@ -578,7 +578,7 @@ def _row_remap_pending(seen: _Seen) -> Walked:
     ]
     if flagged:
         return _walked("row-remap-pending", True, *flagged, said)
-    unsupported = "not supported" in _text(seen.evidence[hardware.REMAPPED_ROWS.name]).casefold()
+    unsupported = "not supported" in _text(seen.evidence[row_remap.REMAPPED_ROWS.name]).casefold()
     found = False if rows or unsupported else None
     return _walked("row-remap-pending", found, said)
 
