@@ -49,6 +49,7 @@ from gpuconsole.telemetry.wire import (
     Reply,
     agent_command,
     agent_script,
+    checked_interval,
     encode_command,
 )
 
@@ -139,7 +140,8 @@ class Supervisor:
     ) -> None:
         self._links = {entry.name: HostLink(entry) for entry in entries}
         self._settings = settings or SshSettings()
-        self._interval = interval
+        # refused here, not in each host's task (where every host would show as down)
+        self._interval = checked_interval(interval)
         self._mode = agent_mode
         self._gpus = agent_gpus
         self._script = agent_script() if script is None else script

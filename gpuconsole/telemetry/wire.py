@@ -36,6 +36,7 @@ from gpuconsole.core.model import (
     Topology,
 )
 from gpuconsole.core.untrusted import MAX_NOTES, MAX_TEXT_CHARS, vetted, visible
+from gpuconsole.telemetry.agent import MAX_INTERVAL_S, MIN_INTERVAL_S
 from gpuconsole.telemetry.containers import container_of
 from gpuconsole.telemetry.nvml.mapping import (
     compute_mode_name,
@@ -72,6 +73,17 @@ def agent_script() -> bytes:
     return _AGENT_PATH.read_bytes()
 
 
+def checked_interval(seconds: float) -> float:
+    """``seconds`` between the agent's ticks, if the agent takes it (its own bounds,
+    `agent.MIN_INTERVAL_S` ... `agent.MAX_INTERVAL_S`); else ValueError, as the agent would
+    refuse it."""
+    if not MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S:
+        raise ValueError(
+            f"interval {seconds:g} s is outside {MIN_INTERVAL_S:g} ... {MAX_INTERVAL_S:g} s"
+        )
+    return seconds
+
+
 def agent_command(
     script_length: int,
     interval: float,
@@ -83,8 +95,7 @@ def agent_command(
     python3, nvidia-smi streaming its CSV (``-lms``). ``timeout`` bounds each nvidia-smi call."""
     if script_length <= 0:
         raise ValueError(f"script length {script_length} is not a size")
-    if not 0.1 <= interval <= 3600:
-        raise ValueError(f"interval {interval:g} s is outside 0.1 ... 3600 s")
+    checked_interval(interval)
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if not 1 <= gpus <= 1024:

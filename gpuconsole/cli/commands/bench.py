@@ -8,15 +8,16 @@ import json
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import Refused
+from gpuconsole.cli.commands.options import add_host_option, add_json_option
 
 
 def add(commands: Subcommands) -> None:
     bench = commands.add_parser("bench", help="benchmark results kept by `launch`")
     bench_commands = bench.add_subparsers(dest="bench_command", metavar="COMMAND", required=True)
     history = bench_commands.add_parser("history", help="earlier runs, newest first, flagged")
-    history.add_argument("--host", metavar="NAME")
+    add_host_option(history)
     history.add_argument("--recipe", metavar="NAME")
-    history.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_option(history)
     history.set_defaults(run=run_history)
 
 

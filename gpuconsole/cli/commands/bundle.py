@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail
-from gpuconsole.cli.commands.options import add_demo_options, add_inventory_options
+from gpuconsole.cli.commands.options import (
+    add_at_option,
+    add_demo_options,
+    add_inventory_options,
+    add_json_option,
+    add_output_option,
+    add_record_option,
+)
 from gpuconsole.cli.commands.sources import (
     alert_rules,
     demo_source,
@@ -45,28 +52,19 @@ def add(commands: Subcommands) -> None:
     bundle.add_argument(
         "host", metavar="HOST", help="an inventory host, 'local', or a host of the recording"
     )
-    bundle.add_argument(
-        "--record",
-        type=Path,
-        metavar="FILE",
-        help="take the readings from this recording (default: the default recording, where it "
+    add_record_option(
+        bundle,
+        "take the readings from this recording (default: the default recording, where it "
         "holds the host)",
     )
-    bundle.add_argument(
-        "--at",
-        metavar="TIME",
-        help="the moment the bundle is about, in the recording (03:12: the last 03:12 it "
-        "holds; 2026-01-01 03:12:05; a time it does not hold is refused; default: its end)",
-    )
-    bundle.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        metavar="PATH",
-        help="the .tar.gz to write (it must not exist), or a folder to write it in (default: "
+    add_at_option(bundle, "the moment the bundle is about")
+    add_output_option(
+        bundle,
+        "PATH",
+        "the .tar.gz to write (it must not exist), or a folder to write it in (default: "
         "bundles in the XDG data dir)",
     )
-    bundle.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_option(bundle)
     add_demo_options(bundle)
     add_inventory_options(bundle)
     bundle.set_defaults(run=run)

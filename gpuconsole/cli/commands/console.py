@@ -6,16 +6,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, Refused
 from gpuconsole.cli.commands.options import (
     add_alertmanager_option,
+    add_alerts_option,
     add_demo_options,
     add_inventory_options,
+    add_record_option,
+    add_refresh_option,
     alertmanager_settings,
-    positive_float,
 )
 from gpuconsole.cli.commands.sources import alerts_config, close_source, console_source
 from gpuconsole.core import paths
@@ -28,13 +29,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     """The console's options, on the top parser: the global options (see `global_options`)."""
     add_demo_options(parser)
     add_inventory_options(parser)
-    parser.add_argument(
-        "--refresh",
-        type=positive_float,
-        default=1.0,
-        metavar="SECONDS",
-        help="seconds between readings (default: 1)",
-    )
+    add_refresh_option(parser)
     parser.add_argument(
         "--theme",
         default=None,
@@ -48,19 +43,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="read the fleet from a Prometheus server that scrapes dcgm-exporter (fleets too "
         "big for SSH, thousands of GPUs)",
     )
-    parser.add_argument(
-        "--alerts",
-        type=Path,
-        metavar="FILE",
-        help="alert rules file (default: $GPUCONSOLE_ALERTS, else alerts.toml in the XDG "
-        "config dir)",
-    )
+    add_alerts_option(parser)
     add_alertmanager_option(parser)
-    parser.add_argument(
-        "--record",
-        type=Path,
-        metavar="FILE",
-        help="record readings, findings, alerts and actions into FILE (default: "
+    add_record_option(
+        parser,
+        "record readings, findings, alerts and actions into FILE (default: "
         "recording.sqlite in the XDG data dir; the demo records only when given a FILE)",
     )
     parser.add_argument(

@@ -19,7 +19,12 @@ from pathlib import Path
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, fail
-from gpuconsole.cli.commands.options import add_generation_option
+from gpuconsole.cli.commands.options import (
+    add_alerts_option,
+    add_generation_option,
+    add_host_label_option,
+    add_output_option,
+)
 from gpuconsole.telemetry import dcgm
 
 
@@ -36,27 +41,15 @@ def add(commands: Subcommands) -> None:
         group = commands.add_parser(name, help=f"the console's {what} for Prometheus/Grafana")
         sub = group.add_subparsers(dest=f"{name}_command", metavar="COMMAND", required=True)
         export = sub.add_parser("export", help=help)
-        export.add_argument(
-            "-o", "--output", type=Path, metavar="FILE", help="write here (default: stdout)"
-        )
+        add_output_option(export, "FILE", "write here (default: stdout)")
         add_generation_option(export, "each reading under either name, joined with PromQL's or")
-        export.add_argument(
-            "--host-label",
-            choices=dcgm.HOST_LABELS,
-            help="the host's label: Hostname (dcgm-exporter before 4.8.3) or hostname (4.8.3 "
+        add_host_label_option(
+            export,
+            "the host's label: Hostname (dcgm-exporter before 4.8.3) or hostname (4.8.3 "
             "and later); default: hostname for 4.9, either for classic and both",
         )
-        if name == "rules":
-            # SUPPRESS: when not given here, args.alerts stays what `gpuconsole --alerts FILE`
-            # set (a subcommand's default would overwrite the global option's value).
-            export.add_argument(
-                "--alerts",
-                type=Path,
-                default=argparse.SUPPRESS,
-                metavar="FILE",
-                help="alert rules file (default: the global --alerts, else $GPUCONSOLE_ALERTS, "
-                "else alerts.toml in the XDG config dir)",
-            )
+        if name == "rules":  # given before `rules export`, it counts too (`global_options`)
+            add_alerts_option(export)
         export.set_defaults(run=run)
 
 

@@ -15,12 +15,14 @@ from types import FrameType
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail, say
 from gpuconsole.cli.commands.options import (
-    MAX_SECONDS,
     add_alertmanager_option,
     add_demo_options,
     add_generation_option,
+    add_host_label_option,
     add_inventory_options,
+    add_refresh_option,
     alertmanager_settings,
+    port,
 )
 from gpuconsole.cli.commands.sources import alerts_config, close_source, console_source
 from gpuconsole.telemetry import dcgm
@@ -38,7 +40,7 @@ def add(commands: Subcommands) -> None:
         "names, plus the console's findings and host states",
     )
     exporter.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any)"
+        "--port", type=port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any)"
     )
     exporter.add_argument(
         "--address",
@@ -47,18 +49,11 @@ def add(commands: Subcommands) -> None:
         help=f"address to listen on (default: {DEFAULT_ADDRESS}, this machine only; 0.0.0.0 "
         "or :: for every interface; IPv6 as ::1 or [::1])",
     )
-    exporter.add_argument(
-        "--refresh",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="seconds between readings of the hosts (default: 1)",
-    )
+    add_refresh_option(exporter)
     add_generation_option(exporter, "each reading under either name, in either's unit")
-    exporter.add_argument(
-        "--host-label",
-        choices=dcgm.HOST_LABELS,
-        help="the host's label: Hostname (dcgm-exporter before 4.8.3) or hostname (4.8.3 and "
+    add_host_label_option(
+        exporter,
+        "the host's label: Hostname (dcgm-exporter before 4.8.3) or hostname (4.8.3 and "
         "later), to match the fleet's dcgm-exporter; default: Hostname for classic, hostname "
         "for 4.9 and both",
     )
@@ -80,14 +75,6 @@ def run(args: argparse.Namespace) -> int:
     from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
     from gpuconsole.prom.exporter import Exporter, Naming
 
-    if not 0 <= args.port <= 65535:
-        return fail(f"--port {args.port}: not a port number", EXIT_BAD_INPUT)
-    if not 0 < args.refresh <= MAX_SECONDS:
-        return fail(
-            f"--refresh {args.refresh}: not a number of seconds above 0 and at most "
-            f"{MAX_SECONDS:.0f} (a hundred years)",
-            EXIT_BAD_INPUT,
-        )
     if args.alerts is not None and not args.alertmanager:
         return fail(
             "--alerts: the exporter evaluates alert rules only to send their alerts to "

@@ -7,7 +7,7 @@ import json
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, Refused
-from gpuconsole.cli.commands.options import add_inventory_options
+from gpuconsole.cli.commands.options import add_inventory_options, add_json_option
 from gpuconsole.cli.commands.sources import required_inventory
 
 
@@ -19,7 +19,7 @@ def add(commands: Subcommands) -> None:
         help="connect to each host once; wait for its first reading or definite answer; print "
         "name, state, which it was, GPU count and reason",
     )
-    check.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_option(check)
     add_inventory_options(check)
     check.set_defaults(run=run_check)
 

@@ -11,16 +11,21 @@ from typing import TYPE_CHECKING
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, Refused
-from gpuconsole.cli.commands.options import add_inventory_options, positive_int
+from gpuconsole.cli.commands.options import (
+    add_host_option,
+    add_inventory_options,
+    add_json_option,
+    add_preset_option,
+    add_recipe_argument,
+    add_steps_option,
+    positive_int,
+)
 from gpuconsole.cli.commands.sources import targets
 
 if TYPE_CHECKING:
     from gpuconsole.actions.launch.commands import LaunchSpec
     from gpuconsole.actions.launch.session import HostGpus, Launch
     from gpuconsole.hosts.targets import Target
-
-RECIPES = ("resnet50", "bert", "detection")
-"""The recipes `launch` and `memory` run (`gpuconsole.recipes`)."""
 
 
 def add(commands: Subcommands) -> None:
@@ -29,8 +34,8 @@ def add(commands: Subcommands) -> None:
         help="run a training recipe as a benchmark (python or torchrun on a host, torchrun "
         "across hosts, srun on a Slurm login node) and compare it with its history",
     )
-    launch.add_argument("recipe", choices=RECIPES)
-    launch.add_argument("--host", metavar="NAME", help="an inventory host (default: this host)")
+    add_recipe_argument(launch)
+    add_host_option(launch, "an inventory host (default: this host)")
     launch.add_argument(
         "--nodes", metavar="H1,H2", help="inventory hosts for one multi-node run (c10d rendezvous)"
     )
@@ -46,9 +51,9 @@ def add(commands: Subcommands) -> None:
         metavar="N",
         help="GPUs per host (default: all; fewer: the best-connected set)",
     )
-    launch.add_argument("--preset", choices=("baseline", "tuned"), default="tuned")
-    launch.add_argument("--steps", type=positive_int, metavar="N", help="measured steps")
-    launch.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_preset_option(launch)
+    add_steps_option(launch, None, "measured steps")
+    add_json_option(launch)
     add_inventory_options(launch)
     launch.set_defaults(run=run)
 

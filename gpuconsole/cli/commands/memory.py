@@ -9,8 +9,16 @@ from typing import TYPE_CHECKING
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, Refused
-from gpuconsole.cli.commands.launch import RECIPES
-from gpuconsole.cli.commands.options import add_inventory_options, positive_float, positive_int
+from gpuconsole.cli.commands.options import (
+    add_host_option,
+    add_inventory_options,
+    add_json_option,
+    add_preset_option,
+    add_recipe_argument,
+    add_steps_option,
+    positive_float,
+    positive_int,
+)
 from gpuconsole.cli.commands.sources import targets
 
 if TYPE_CHECKING:
@@ -25,8 +33,8 @@ def add(commands: Subcommands) -> None:
         "in backward or on the host, expandable segments, micro-batches) and the cheapest set "
         "that fits",
     )
-    memory.add_argument("recipe", choices=RECIPES)
-    memory.add_argument("--host", metavar="NAME", help="an inventory host (default: this host)")
+    add_recipe_argument(memory)
+    add_host_option(memory, "an inventory host (default: this host)")
     memory.add_argument(
         "--target",
         type=_memory_target,
@@ -40,11 +48,9 @@ def add(commands: Subcommands) -> None:
         help="try only these sets (as the report names them, e.g. bf16,bf16+checkpoint), choose "
         "among them and find the largest batch with the choice",
     )
-    memory.add_argument(
-        "--preset",
-        choices=("tuned", "baseline"),
-        default="tuned",
-        help="the job's preset, as `launch` runs it: tuned compiles where the recipe does, "
+    add_preset_option(
+        memory,
+        "the job's preset, as `launch` runs it: tuned compiles where the recipe does, "
         "baseline runs eagerly (default tuned)",
     )
     memory.add_argument("--amp", choices=("bf16", "fp16"), default="bf16", help="mixed precision")
@@ -55,12 +61,8 @@ def add(commands: Subcommands) -> None:
         help="the job's batch (default: the recipe's)",
     )
     memory.add_argument("--gpu", type=int, default=0, metavar="INDEX", help="the GPU to try on")
-    memory.add_argument(
-        "--steps",
-        type=positive_int,
-        default=20,
-        metavar="N",
-        help="measured steps per trial, more (up to 4 × N) until its speed is steady",
+    add_steps_option(
+        memory, 20, "measured steps per trial, more (up to 4 × N) until its speed is steady"
     )
     memory.add_argument(
         "--batch-probes",
@@ -72,7 +74,7 @@ def add(commands: Subcommands) -> None:
     memory.add_argument(
         "--apply", action="store_true", help="then launch the recipe with the recommended fixes"
     )
-    memory.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_option(memory)
     add_inventory_options(memory)
     memory.set_defaults(run=run)
 

@@ -9,7 +9,12 @@ from pathlib import Path
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import fail
-from gpuconsole.cli.commands.options import add_demo_options, add_inventory_options
+from gpuconsole.cli.commands.options import (
+    add_demo_options,
+    add_host_option,
+    add_inventory_options,
+    add_json_option,
+)
 from gpuconsole.cli.commands.sources import snapshot_of
 
 
@@ -20,13 +25,11 @@ def add(commands: Subcommands) -> None:
     oom.add_argument(
         "log", metavar="LOG", help="a log or traceback holding the message; - for stdin"
     )
-    oom.add_argument(
-        "--host", metavar="NAME", help="the inventory host it ran on, to name the card's processes"
-    )
+    add_host_option(oom, "the inventory host it ran on, to name the card's processes")
     oom.add_argument(
         "--here", action="store_true", help="it ran on this host: read its GPUs' processes"
     )
-    oom.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_option(oom)
     add_inventory_options(oom)
     add_demo_options(oom)
     oom.set_defaults(run=run)

@@ -13,29 +13,19 @@ from typing import Any
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail, say
 from gpuconsole.cli.commands.options import (
-    MAX_SECONDS,
     add_alertmanager_option,
     add_demo_options,
     add_inventory_options,
+    add_record_option,
+    add_refresh_option,
     alertmanager_settings,
+    duration,
 )
 from gpuconsole.cli.commands.sources import alerts_config, close_source, console_source
 from gpuconsole.core import paths
-from gpuconsole.fleet.record.retention import Retention, Tier, parse_duration
+from gpuconsole.fleet.record.retention import Retention, Tier
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def _duration(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    if seconds > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is longer than {MAX_SECONDS / 86400:.0f}d (a hundred years)"
-        )
-    return seconds
 
 
 def add(commands: Subcommands) -> None:
@@ -44,33 +34,29 @@ def add(commands: Subcommands) -> None:
         help="record the fleet without the UI (for a daemon on a bastion host); Ctrl+C or "
         "SIGTERM stops",
     )
-    record.add_argument(
-        "--record",
-        type=Path,
-        metavar="FILE",
-        help="the recording (default: $GPUCONSOLE_RECORDING, else recording.sqlite in the XDG "
+    add_record_option(
+        record,
+        "the recording (default: $GPUCONSOLE_RECORDING, else recording.sqlite in the XDG "
         "data dir); an existing one is appended to",
     )
-    record.add_argument(
-        "--refresh", type=_duration, default=1.0, metavar="SECONDS", help="seconds between readings"
-    )
+    add_refresh_option(record)
     record.add_argument(
         "--retain",
-        type=_duration,
+        type=duration,
         default=Retention().keep_s,
         metavar="DURATION",
         help="delete what is older (default: 7d)",
     )
     record.add_argument(
         "--full-resolution",
-        type=_duration,
+        type=duration,
         default=Retention().tiers[0].age_s,
         metavar="DURATION",
         help="keep every reading this long, then one per 10 s, after 48 h one per minute "
         "(default: 6h)",
     )
     record.add_argument(
-        "--duration", type=_duration, metavar="DURATION", help="stop after this long"
+        "--duration", type=duration, metavar="DURATION", help="stop after this long"
     )
     add_alertmanager_option(record)
     add_demo_options(record)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, Refused
-from gpuconsole.cli.commands.options import add_inventory_options
+from gpuconsole.cli.commands.options import add_inventory_options, add_json_option, add_yes_option
 from gpuconsole.cli.commands.sources import targets
 
 if TYPE_CHECKING:
@@ -30,10 +30,8 @@ def add(commands: Subcommands) -> None:
     repair.add_argument(
         "--dry-run", action="store_true", help="diagnose and show the plans; run nothing"
     )
-    repair.add_argument(
-        "--yes", action="store_true", help="run the plans without asking (for scripts)"
-    )
-    repair.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_yes_option(repair, "run the plans without asking (for scripts)")
+    add_json_option(repair)
     add_inventory_options(repair)
     repair.set_defaults(run=run)
 

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.console import refuse_without_terminal
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, EXIT_UNREADABLE, fail
-from gpuconsole.cli.commands.options import theme_of
+from gpuconsole.cli.commands.options import (
+    add_at_option,
+    add_host_option,
+    add_json_option,
+    theme_of,
+)
 from gpuconsole.cli.commands.sources import alert_rules
 
 if TYPE_CHECKING:
@@ -31,20 +36,14 @@ def add(commands: Subcommands) -> None:
         help="open the console on a recording, with a time cursor (or --list its timeline)",
     )
     replay.add_argument("file", type=Path, metavar="FILE", help="a recording")
-    replay.add_argument(
-        "--at",
-        metavar="TIME",
-        help="start there: 03:12 (the last 03:12 in the recording), 2026-01-01 03:12:05, an "
-        "ISO 8601 time or epoch seconds; UTC unless it says otherwise; a time the recording "
-        "does not hold is refused (default: the recording's end)",
-    )
-    replay.add_argument("--host", metavar="NAME", help="open this host's screen")
+    add_at_option(replay, "start there")
+    add_host_option(replay, "open this host's screen")
     replay.add_argument(
         "--list",
         action="store_true",
         help="print the findings and alerts instead (around --at, for --host), then exit",
     )
-    replay.add_argument("--json", action="store_true", help="with --list: print JSON")
+    add_json_option(replay, "with --list: print JSON")
     replay.set_defaults(run=run)
 
 

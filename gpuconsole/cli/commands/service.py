@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, Refused
-from gpuconsole.cli.commands.options import add_inventory_options
+from gpuconsole.cli.commands.options import add_inventory_options, add_json_option, add_yes_option
 from gpuconsole.cli.commands.sources import targets
 
 if TYPE_CHECKING:
@@ -36,8 +36,8 @@ def add(commands: Subcommands) -> None:
         parser.add_argument(
             "--node", help="the scheduler's name for the node (default: found from the host name)"
         )
-        parser.add_argument("--yes", action="store_true", help="do not ask (for scripts)")
-        parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+        add_yes_option(parser, "do not ask (for scripts)")
+        add_json_option(parser)
         add_inventory_options(parser)
         parser.set_defaults(run=run, change=change)
 

@@ -6,7 +6,12 @@ import argparse
 import json
 
 from gpuconsole.cli.commands import Subcommands
-from gpuconsole.cli.commands.options import add_demo_options, add_inventory_options
+from gpuconsole.cli.commands.options import (
+    add_demo_options,
+    add_host_option,
+    add_inventory_options,
+    add_json_option,
+)
 from gpuconsole.cli.commands.sources import snapshot_of
 
 
@@ -14,11 +19,10 @@ def add(commands: Subcommands) -> None:
     snapshot = commands.add_parser(
         "snapshot", help="print this host's readings and findings once, then exit"
     )
-    snapshot.add_argument("--json", action="store_true", help="print JSON instead of text")
-    snapshot.add_argument(
-        "--host",
-        metavar="NAME",
-        help="read this inventory host over SSH instead of this host (with --demo: this host "
+    add_json_option(snapshot)
+    add_host_option(
+        snapshot,
+        "read this inventory host over SSH instead of this host (with --demo: this host "
         "of the demo rack instead of its first)",
     )
     add_demo_options(snapshot)

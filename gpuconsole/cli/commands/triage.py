@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from gpuconsole.cli.commands import Subcommands
 from gpuconsole.cli.commands.exits import fail
+from gpuconsole.cli.commands.options import add_json_option
 
 if TYPE_CHECKING:
     from gpuconsole.core.model import HostSnapshot
@@ -20,7 +21,7 @@ def add(commands: Subcommands) -> None:
         "triage", help="findings of a saved nvidia-smi dump (-q -x XML or -q text)"
     )
     triage.add_argument("--from", dest="dump", required=True, type=Path, metavar="FILE")
-    triage.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_option(triage)
     triage.set_defaults(run=run)
 
 

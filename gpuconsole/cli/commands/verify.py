@@ -7,7 +7,7 @@ import argparse
 import json
 
 from gpuconsole.cli.commands import Subcommands
-from gpuconsole.cli.commands.options import add_inventory_options
+from gpuconsole.cli.commands.options import add_inventory_options, add_json_option
 from gpuconsole.cli.commands.sources import targets
 
 
@@ -24,7 +24,7 @@ def add(commands: Subcommands) -> None:
         help="inventory hosts or groups to verify (default: this host; 'local' is this host)",
     )
     verify.add_argument("--all", action="store_true", help="every host of the inventory")
-    verify.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_option(verify)
     add_inventory_options(verify)
     verify.set_defaults(run=run)
 
