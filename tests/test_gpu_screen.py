@@ -54,7 +54,7 @@ def text_of(app: GpuConsoleApp, selector: str) -> str:
 
 
 async def open_thermal(pilot: Pilot[None]) -> None:
-    pilot.app.open_gpu(*THERMAL)  # type: ignore[attr-defined]
+    pilot.app.show_gpu(*THERMAL)  # type: ignore[attr-defined]
     await pilot.pause()
 
 
@@ -336,7 +336,7 @@ async def test_in_replay_the_plots_come_from_the_recording_up_to_the_cursor(
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await app.workers.wait_for_complete()
-            app.open_gpu("l40s-01", 1)
+            app.show_gpu("l40s-01", 1)
             await pilot.pause()
             await app.workers.wait_for_complete()
             await pilot.pause()
@@ -392,7 +392,7 @@ async def test_live_the_span_the_store_no_longer_holds_comes_from_the_consoles_r
             recorder=recorder,
         )
         async with app.run_test(size=(120, 40)) as pilot:
-            app.open_gpu("l40s-01", 0)
+            app.show_gpu("l40s-01", 0)
             await pilot.pause()
             await app.workers.wait_for_complete()
             await pilot.pause()

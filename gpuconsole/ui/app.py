@@ -20,7 +20,16 @@ from gpuconsole.fleet.session import FleetSession, Round
 from gpuconsole.fleet.store import HISTORY_READINGS
 from gpuconsole.hosts.targets import Target, TargetFinder
 from gpuconsole.telemetry import Source
-from gpuconsole.ui.messages import FleetUpdated
+from gpuconsole.ui.messages import (
+    FleetUpdated,
+    ShowBenchmark,
+    ShowGpu,
+    ShowMemoryTrials,
+    ShowRepair,
+    ShowService,
+    ShowVerify,
+    WriteBundle,
+)
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
 from gpuconsole.ui.screens.commands import ConsoleCommands
 from gpuconsole.ui.screens.copy import CopyScreen
@@ -36,15 +45,21 @@ if TYPE_CHECKING:
     from textual.driver import Driver
     from textual.screen import Screen
 
+    from gpuconsole.actions.bundle.live import InputsBuilder
     from gpuconsole.actions.service import Change
     from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
+    from gpuconsole.fleet.alerts.engine import AlertEngine
     from gpuconsole.fleet.record.recorder import Recorder
+    from gpuconsole.fleet.store import FleetStore
     from gpuconsole.ui.screens.gpu import RecordedPast
 
 
 class GpuConsoleApp(App[None]):
     """The console. Readings arrive from a worker thread into the fleet session; screens render
-    from its store and are told which hosts changed (`FleetUpdated`)."""
+    from its store and are told which hosts changed (`FleetUpdated`).
+
+    The screens see it as a `Console` (`gpuconsole.ui.screens.console`) and ask it to open
+    panels or start work with `ConsoleRequest` messages, which its ``on_...`` handlers take."""
 
     CSS_PATH = "app.tcss"
     TITLE = "gpuconsole"
@@ -169,6 +184,28 @@ class GpuConsoleApp(App[None]):
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
+
+    @property
+    def store(self) -> FleetStore:
+        """The readings the screens show (`Console.store`)."""
+        return self.fleet.store
+
+    @property
+    def alerts(self) -> AlertEngine:
+        return self.fleet.alerts
+
+    @property
+    def alertmanager(self) -> AlertmanagerSender | None:
+        return self.fleet.alertmanager
+
+    @property
+    def last_round(self) -> float | None:
+        """When the newest round's readings were taken: the time the alerts were evaluated at."""
+        return self.fleet.alerts.now
+
+    def began(self, ident: str) -> float | None:
+        """When the open episode ``ident`` began, as the session's onsets say."""
+        return self.fleet.onsets.since(ident)
 
     def now(self) -> float:
         """The time the readings are compared with: how old the newest one is, when it is stale,
@@ -304,34 +341,60 @@ class GpuConsoleApp(App[None]):
         if problem is not None:
             self.notify(problem, severity="error", timeout=30)
 
-    def verify(self, hosts: list[str]) -> None:
+    # --- what the screens ask for (`ConsoleRequest`) --------------------------------------------
+
+    def on_show_gpu(self, request: ShowGpu) -> None:
+        self.show_gpu(request.host, request.gpu)
+
+    def on_show_verify(self, request: ShowVerify) -> None:
+        self.show_verify(request.hosts)
+
+    def on_show_repair(self, request: ShowRepair) -> None:
+        self.show_repair(request.host)
+
+    def on_show_service(self, request: ShowService) -> None:
+        self.show_service(request.host, request.change)
+
+    def on_show_memory_trials(self, request: ShowMemoryTrials) -> None:
+        self.show_memory_trials(request.host)
+
+    def on_show_benchmark(self, request: ShowBenchmark) -> None:
+        self.show_benchmark(request.host)
+
+    def on_write_bundle(self, request: WriteBundle) -> None:
+        self.write_bundle(request.host)
+
+    def _target_for(self, host: str) -> Target | None:
+        """How to reach ``host`` to act on it; None: it cannot be (a simulated host)."""
+        return self.targets.target_for(host) if self.targets else None
+
+    def show_verify(self, hosts: Sequence[str]) -> None:
         """Open the verification screen on those of ``hosts`` that can be reached."""
         from gpuconsole.ui.screens.verify import VerifyScreen
 
-        found = [self.targets.target_for(h) for h in hosts] if self.targets else []
-        targets = [t for t in found if t is not None]
+        targets = [t for h in hosts if (t := self._target_for(h)) is not None]
         if not targets:
             self._refuse("nothing to verify: simulated hosts have no shell to run the checks in")
             return
         self.push_screen(VerifyScreen(targets))
 
-    def repair(self, host: str) -> None:
+    def show_repair(self, host: str) -> None:
         """Open the repair panel on ``host`` if it can be reached."""
         from gpuconsole.ui.screens.repair import RepairScreen
 
-        target = self.targets.target_for(host) if self.targets else None
+        target = self._target_for(host)
         if target is None:
             self._refuse("nothing to repair: a simulated host has no driver to fix")
             return
         self.push_screen(RepairScreen(target))
 
-    def service(self, host: str, change: Change) -> None:
+    def show_service(self, host: str, change: Change) -> None:
         """Take ``host``'s node out of its scheduler (after asking why) or bring it back, in the
         service panel, if it can be reached."""
         from gpuconsole.actions.service import DRAIN
         from gpuconsole.ui.screens.service import ReasonScreen, ServiceScreen
 
-        target = self.targets.target_for(host) if self.targets else None
+        target = self._target_for(host)
         if target is None:
             self._refuse(
                 f"nothing to {change}: a simulated host has no scheduler to take it out of"
@@ -347,7 +410,7 @@ class GpuConsoleApp(App[None]):
 
         self.push_screen(ReasonScreen(host), answered)
 
-    def memory_trials(self, host: str) -> None:
+    def show_memory_trials(self, host: str) -> None:
         """Ask, then try each memory fix of the default job on ``host`` in the memory panel."""
         from gpuconsole.ui.screens.memory import DEFAULT_JOB, MemoryScreen
 
@@ -361,7 +424,7 @@ class GpuConsoleApp(App[None]):
             lambda target: MemoryScreen(target, job),
         )
 
-    def benchmark(self, host: str) -> None:
+    def show_benchmark(self, host: str) -> None:
         """Ask, then run the default benchmark on ``host`` in the run panel."""
         from gpuconsole.ui.screens.run import DEFAULT_BENCHMARK, RunScreen
 
@@ -386,7 +449,7 @@ class GpuConsoleApp(App[None]):
         """A panel that keeps a host's GPUs busy opens only after a yes, on a host with a shell."""
         from gpuconsole.ui.screens.confirm import ConfirmScreen
 
-        target = self.targets.target_for(host) if self.targets else None
+        target = self._target_for(host)
         if target is None:
             self._refuse(refusal)
             return
@@ -397,13 +460,41 @@ class GpuConsoleApp(App[None]):
 
         self.push_screen(ConfirmScreen(question, detail), answered)
 
-    def bundle(self, host: str) -> None:
-        """Write an incident bundle of ``host`` in the background; a notice says where."""
-        from gpuconsole.actions.bundle.live import bundle_live
+    def write_bundle(self, host: str) -> None:
+        """Write an incident bundle of ``host`` as the console shows it now, in the background;
+        a notice says where."""
+        from gpuconsole.actions.bundle.live import live_bundle_inputs
 
-        bundle_live(self, host)
+        target = self._target_for(host)
+        self._bundle_in_background(
+            host, live_bundle_inputs(self.fleet, host, self.label, target), target
+        )
 
-    def open_gpu(self, host: str, gpu: int) -> None:
+    def _bundle_in_background(self, host: str, build: InputsBuilder, target: Target | None) -> None:
+        """Build the inputs and write the bundle on a worker thread (it may run commands on the
+        host for a minute), then tell the user."""
+        from gpuconsole.actions.bundle.archive import BundleError
+        from gpuconsole.actions.bundle.live import done_message, write_bundle
+
+        self.notify(f"writing an incident bundle of {host}…", timeout=3)
+
+        def work() -> None:
+            try:
+                result = write_bundle(build, target)
+            except BundleError as error:
+                self.call_from_thread(self.notify, str(error), severity="error", timeout=15)
+                return
+            self.call_from_thread(self.notify, done_message(result), timeout=15)
+
+        self.run_worker(
+            work,
+            thread=True,
+            group="bundle",
+            exit_on_error=False,
+            description=f"incident bundle of {host}",
+        )
+
+    def show_gpu(self, host: str, gpu: int) -> None:
         """Open the GPU screen of ``host``'s GPU ``gpu``: its plots from the store's history
         and, where the console records, the older part of the span from its recording."""
         from gpuconsole.ui.screens.gpu import GpuScreen
@@ -419,7 +510,7 @@ class GpuConsoleApp(App[None]):
         assert self._recorder is not None
         recording = Recording(self._recorder.path)
         try:
-            return RecordedPast.read(recording, host, self.fleet.alerts.now or self.now(), seconds)
+            return RecordedPast.read(recording, host, self.last_round or self.now(), seconds)
         finally:
             recording.close()
 

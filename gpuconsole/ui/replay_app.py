@@ -32,7 +32,6 @@ from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.actions.bundle.inputs import recorded_inputs
-from gpuconsole.actions.bundle.live import start
 from gpuconsole.core.model import Severity
 from gpuconsole.fleet.alerts.rules import AlertRule
 from gpuconsole.fleet.poller import HostReading, collect
@@ -402,7 +401,7 @@ class ReplayApp(GpuConsoleApp):
                 TriageScreen(self.recorded.since, self.recorded.alerts, self._alert_rules)
             )
 
-    def open_gpu(self, host: str, gpu: int) -> None:
+    def show_gpu(self, host: str, gpu: int) -> None:
         """The GPU screen with its plots and episodes from the recording, up to the cursor."""
         from gpuconsole.ui.screens.gpu import GpuScreen
 
@@ -414,14 +413,14 @@ class ReplayApp(GpuConsoleApp):
 
         return RecordedPast.read(self.recording, host, self.replay.cursor, seconds)
 
-    def bundle(self, host: str) -> None:
+    def write_bundle(self, host: str) -> None:
         """A bundle of the recording around the cursor (the host itself is not contacted)."""
         at = self.replay.cursor
         note = (
             "nvidia-smi -q, kernel log, verification: made from a recording; the host as it is "
             "now would not describe it as it was then"
         )
-        start(self, host, lambda: self._bundle_inputs(host, at, note), None)
+        self._bundle_in_background(host, lambda: self._bundle_inputs(host, at, note), None)
 
     def _bundle_inputs(self, host: str, at: float, note: str) -> BundleInputs:
         """The bundle's inputs; each damaged stretch of the host (or of the recording's tables)

@@ -26,6 +26,7 @@ from textual.widgets.option_list import Option
 from gpuconsole.core.model import Severity
 from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender, DeliveryError, identity
 from gpuconsole.fleet.alerts.engine import FIRING, Alert, AlertEngine, AlertKey
+from gpuconsole.ui.messages import ShowGpu
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
 from gpuconsole.ui.screens.confirm import ConfirmScreen
 from gpuconsole.ui.widgets import cells
@@ -58,13 +59,13 @@ def row_key(alert: Alert) -> str:
 class SilenceScreen(ModalScreen[float | None]):
     """Asks for how long to silence an alert; dismisses with seconds, or None."""
 
-    DEFAULT_CSS = """
+    CSS = """
     SilenceScreen { align: center middle; }
-    #silence-body {
+    SilenceScreen #silence-body {
         width: 60; max-width: 100%; height: auto; padding: 1 2;
         border: round $primary; background: $surface;
     }
-    #silence-choices { height: auto; margin-top: 1; }
+    SilenceScreen #silence-choices { height: auto; margin-top: 1; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="silence.cancel")]
 
@@ -94,7 +95,6 @@ class AlertsScreen(ConsoleScreen):
     HELP_TITLE = "Alerts"
     HELP_ORDER = 40
 
-    # Screen CSS, not DEFAULT_CSS: it must win over app.tcss's rule for every KeyedTable.
     CSS = """
     AlertsScreen #alerts { height: 1fr; max-height: 100%; }
     AlertsScreen #alerts-delivery { height: auto; padding: 0 1; }
@@ -134,11 +134,11 @@ class AlertsScreen(ConsoleScreen):
 
     @property
     def engine(self) -> AlertEngine:
-        return self.console.fleet.alerts
+        return self.console.alerts
 
     @property
     def alertmanager(self) -> AlertmanagerSender | None:
-        return self.console.fleet.alertmanager
+        return self.console.alertmanager
 
     def compose(self) -> ComposeResult:
         yield self.title_bar()
@@ -287,7 +287,7 @@ class AlertsScreen(ConsoleScreen):
         if key is None or key[1] not in self.store.hosts:
             return
         if key[2] is not None:
-            self.console.open_gpu(key[1], key[2])
+            self.post_message(ShowGpu(key[1], key[2]))
         else:
             self.app.push_screen(HostScreen(key[1]))
 

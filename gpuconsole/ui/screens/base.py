@@ -1,10 +1,10 @@
-"""What every console screen shares: the store, the palette, the title line and the key bar,
-refresh hooks, and what `y` copies."""
+"""What every console screen shares: the app as a `Console` (the store, the palette...), the
+title line and the key bar, refresh hooks, and what `y` copies."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 from rich.text import Text
 from textual.screen import Screen
@@ -13,12 +13,10 @@ from textual.theme import Theme
 from gpuconsole.core.model import GpuState, HostState
 from gpuconsole.fleet.store import FleetStore
 from gpuconsole.ui.messages import FleetUpdated
+from gpuconsole.ui.screens.console import Console, console_of
 from gpuconsole.ui.widgets.cells import Palette
 from gpuconsole.ui.widgets.key_bar import KeyBar
 from gpuconsole.ui.widgets.title_bar import Part, TitleBar, fleet_parts, part, reading_part
-
-if TYPE_CHECKING:
-    from gpuconsole.ui.app import GpuConsoleApp
 
 
 class Copyable(NamedTuple):
@@ -36,9 +34,17 @@ class Freshness(NamedTuple):
 
 
 class ConsoleScreen(Screen[None]):
-    """A screen that renders from the fleet store when told that hosts changed."""
+    """A screen that renders from the fleet store when told that hosts changed. It reads the app
+    as a `Console` and asks it for more with a `ConsoleRequest` message.
+
+    Its layout is its class's ``CSS`` (see app.tcss), each rule beginning with the class's name.
+    """
 
     WHERE = ""
+    SCOPED_CSS = False
+    """A console screen's rules scope themselves: each begins with its class's name. Textual's
+    scoping would also require the instance's class as an ancestor, which no node of a
+    subclass's instance (the tests' canned panels) has."""
     HELP_TITLE: ClassVar[str | None] = None
     """The heading of the screen's keys on the help screen (`?`); None: not listed there."""
     HELP_ORDER: ClassVar[int] = 100
@@ -64,12 +70,12 @@ class ConsoleScreen(Screen[None]):
         return []
 
     @property
-    def console(self) -> GpuConsoleApp:
-        return self.app  # type: ignore[return-value]
+    def console(self) -> Console:
+        return console_of(self.app)
 
     @property
     def store(self) -> FleetStore:
-        return self.console.fleet.store
+        return self.console.store
 
     @property
     def palette(self) -> Palette:

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from gpuconsole.ui.screens.console import console_of
 from gpuconsole.ui.screens.help import key_label
 
 if TYPE_CHECKING:
     from textual.dom import DOMNode
-
-    from gpuconsole.ui.app import GpuConsoleApp
 
 Command = tuple[str, Callable[[], object], str]
 """A palette entry: its name, what choosing it does, and its help line."""
@@ -30,11 +29,10 @@ class ConsoleCommands(Provider):
         from gpuconsole.ui.screens.host import HostScreen
         from gpuconsole.ui.screens.topology import TopologyScreen
 
-        app: GpuConsoleApp = self.app  # type: ignore[assignment]
         commands: list[Command] = [("Fleet", self._to_fleet, "every host, worst first")]
         commands += _key_commands(self.screen, _own_bindings(type(self.screen)))
-        commands += _key_commands(app, _own_bindings(type(app)))
-        for host in app.fleet.store.hosts:
+        commands += _key_commands(self.app, _own_bindings(type(self.app)))
+        for host in console_of(self.app).store.hosts:
             commands.append((f"Host {host}", partial(self._open, HostScreen, host), "its GPUs"))
             commands.append(
                 (f"Topology of {host}", partial(self._open, TopologyScreen, host), "GPU links")

@@ -13,6 +13,32 @@ class ConfirmScreen(ModalScreen[bool]):
     """Dismisses with True only on an explicit yes; q quits the console (nothing is run), as it
     does on every screen."""
 
+    CSS = """
+    ConfirmScreen {
+        align: center middle;
+    }
+    ConfirmScreen #confirm-body {
+        width: 76;
+        max-width: 100%;
+        height: auto;
+        padding: 1 2;
+        border: thick $error;
+        background: $surface;
+    }
+    ConfirmScreen #confirm-question {
+        text-style: bold;
+    }
+    ConfirmScreen #confirm-detail {
+        margin: 1 0;
+    }
+    ConfirmScreen #confirm-buttons {
+        height: auto;
+        align-horizontal: right;
+    }
+    ConfirmScreen #confirm-buttons Button {
+        margin-left: 2;
+    }
+    """
     BINDINGS = [
         Binding("y", "answer(True)", "Yes", id="confirm.yes"),
         Binding("n,escape", "answer(False)", "No", id="confirm.no"),

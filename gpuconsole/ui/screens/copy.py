@@ -27,13 +27,13 @@ class CopyScreen(ModalScreen[int | None]):
         Binding("escape", "cancel", "Cancel", id="copy.cancel"),
         Binding("q", "app.quit", "Quit", id="copy.quit"),
     ]
-    DEFAULT_CSS = """
+    CSS = """
     CopyScreen { align: center middle; }
-    #copy-body {
+    CopyScreen #copy-body {
         width: 76; max-width: 100%; height: auto; padding: 1 2;
         border: round $primary; background: $surface;
     }
-    #copy-choices { height: auto; max-height: 16; margin-top: 1; }
+    CopyScreen #copy-choices { height: auto; max-height: 16; margin-top: 1; }
     """
 
     def __init__(self, values: Sequence[Copyable]) -> None:

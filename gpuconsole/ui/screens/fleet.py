@@ -20,6 +20,7 @@ from gpuconsole.core.model import (
 )
 from gpuconsole.fleet.host_order import SORT_KEYS, STATE_WORDS, fleet_order, owners
 from gpuconsole.rules.summary import short_model, summarize
+from gpuconsole.ui.messages import ShowVerify
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, gpu_copyables
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
@@ -92,6 +93,20 @@ class FleetScreen(ConsoleScreen):
     HELP_ORDER = 10
 
     WHERE = "fleet"
+    CSS = """
+    FleetScreen #fleet {
+        height: 1fr;
+        max-height: 100%;
+    }
+    FleetScreen #filter {
+        display: none;
+        dock: bottom;
+        margin-bottom: 1;
+    }
+    FleetScreen #filter.shown {
+        display: block;
+    }
+    """
     BINDINGS = [
         Binding("enter", "open_host", "Open host", id="fleet.open", tooltip="open the host or GPU"),
         Binding(
@@ -346,10 +361,10 @@ class FleetScreen(ConsoleScreen):
     def action_verify(self) -> None:
         target = self._cursor_host()
         if target is not None:
-            self.console.verify([target[0]])
+            self.post_message(ShowVerify([target[0]]))
 
     def action_verify_all(self) -> None:
-        self.console.verify(list(self.store.hosts))
+        self.post_message(ShowVerify(self.store.hosts))
 
     def action_toggle_expand(self) -> None:
         target = self._cursor_host()

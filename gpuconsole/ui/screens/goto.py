@@ -14,9 +14,9 @@ class GoToScreen(ModalScreen[str | None]):
     """Asks for a time: ``03:12``, ``2026-01-01 03:12:05``, ``+5m``, ``-90s``."""
 
     BINDINGS = [Binding("escape", "dismiss_none", "Cancel", id="replay.goto-cancel")]
-    DEFAULT_CSS = """
+    CSS = """
     GoToScreen { align: center middle; }
-    #goto-body {
+    GoToScreen #goto-body {
         width: 64;
         height: auto;
         padding: 1 2;

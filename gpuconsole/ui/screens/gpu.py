@@ -240,7 +240,7 @@ class GpuScreen(ConsoleScreen):
     HELP_TITLE = "GPU"
     HELP_ORDER = 25
 
-    DEFAULT_CSS = (
+    CSS = (
         """
         GpuScreen #gpu-head { height: auto; padding: 0 1; }
         GpuScreen #gpu-body { height: 1fr; }
@@ -401,7 +401,7 @@ class GpuScreen(ConsoleScreen):
         ident = finding_ident(finding)
         if self._past is not None:
             return next((e.since for e in self._past.episodes if e.ident == ident), None)
-        return self.console.fleet.onsets.since(ident)
+        return self.console.began(ident)
 
     # --- the plots -----------------------------------------------------------------------------
 
@@ -435,12 +435,12 @@ class GpuScreen(ConsoleScreen):
         if self.host not in store.hosts:
             return None
         latest = store.latest(self.host)
-        end = self.console.fleet.alerts.now or (latest.time if latest else None)
+        end = self.console.last_round or (latest.time if latest else None)
         if end is None:
             return None
-        onsets = self.console.fleet.onsets
+        began = self.console.began
         episodes = [
-            e if e.until is not None else replace(e, since=onsets.since(e.ident) or e.since)
+            e if e.until is not None else replace(e, since=began(e.ident) or e.since)
             for e in self._held.update(store)
         ]
         history = store.history(self.host)

@@ -80,6 +80,20 @@ class HelpScreen(ModalScreen[None]):
     """Lists every key; Esc or ? closes it. A modal screen stops the app's keys: q is bound here
     again, so that it quits here as everywhere."""
 
+    CSS = """
+    HelpScreen {
+        align: center middle;
+    }
+    HelpScreen #help-body {
+        width: 72;
+        max-width: 100%;
+        height: auto;
+        max-height: 90%;
+        padding: 1 2;
+        border: round $primary;
+        background: $surface;
+    }
+    """
     BINDINGS = [
         Binding("escape,question_mark", "app.pop_screen", "Close", id="help.close"),
         Binding("q", "app.quit", "Quit", id="help.quit"),

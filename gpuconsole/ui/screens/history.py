@@ -32,9 +32,8 @@ class HistoryScreen(ConsoleScreen):
     HELP_TITLE = "Benchmark history"
     HELP_ORDER = 60
 
-    DEFAULT_CSS = """
+    CSS = """
     HistoryScreen #history-status { height: 1; padding: 0 1; }
-    HistoryScreen #history-runs { max-height: 2fr; }
     HistoryScreen #history-detail-box {
         height: 1fr;
         min-height: 6;

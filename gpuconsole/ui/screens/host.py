@@ -24,6 +24,15 @@ from gpuconsole.core.model import (
 )
 from gpuconsole.fleet.host_order import SORT_KEYS, fleet_order
 from gpuconsole.rules.summary import short_model
+from gpuconsole.ui.messages import (
+    ShowBenchmark,
+    ShowGpu,
+    ShowMemoryTrials,
+    ShowRepair,
+    ShowService,
+    ShowVerify,
+    WriteBundle,
+)
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, Freshness, gpu_copyables
 from gpuconsole.ui.screens.confirm import ConfirmScreen
 from gpuconsole.ui.screens.fleet import FleetScreen
@@ -129,6 +138,44 @@ class HostScreen(ConsoleScreen):
     HELP_TITLE = "Host"
     HELP_ORDER = 20
 
+    CSS = """
+    HostScreen #host-info {
+        /* a host that cannot be read says why here in full: the reason holds the command to run */
+        height: auto;
+        max-height: 8;
+        padding: 0 1;
+    }
+    HostScreen #gpus {
+        max-height: 12;
+    }
+    HostScreen #trends {
+        height: 1;
+        padding: 0 1;
+    }
+    HostScreen .trend {
+        width: 1fr;
+        height: 1;
+    }
+    HostScreen #host-lists {
+        height: 1fr;
+    }
+    HostScreen #processes {
+        overflow-x: hidden;
+        height: 1fr;
+        min-height: 3;
+        border-top: solid $panel;
+    }
+    HostScreen #findings-panel {
+        /* as tall as its findings need, within a share of the screen (`_findings_rows`) */
+        height: 2;
+        border-top: solid $panel;
+    }
+    HostScreen #findings {
+        height: 1fr;
+        padding: 0 1;
+        text-wrap: nowrap;
+    }
+    """
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="host.back"),
         Binding("t", "topology", "Topology", id="host.topology"),
@@ -478,7 +525,7 @@ class HostScreen(ConsoleScreen):
     def action_open_gpu(self) -> None:
         gpu = self.selected_gpu
         if gpu is not None:
-            self.console.open_gpu(self.host, gpu)
+            self.post_message(ShowGpu(self.host, gpu))
 
     def action_topology(self) -> None:
         from gpuconsole.ui.screens.topology import TopologyScreen
@@ -525,13 +572,13 @@ class HostScreen(ConsoleScreen):
         )
 
     def action_verify(self) -> None:
-        self.console.verify([self.host])
+        self.post_message(ShowVerify([self.host]))
 
     def action_benchmark(self) -> None:
-        self.console.benchmark(self.host)
+        self.post_message(ShowBenchmark(self.host))
 
     def action_memory(self) -> None:
-        self.console.memory_trials(self.host)
+        self.post_message(ShowMemoryTrials(self.host))
 
     def action_history(self) -> None:
         from gpuconsole.ui.screens.history import HistoryScreen
@@ -539,13 +586,13 @@ class HostScreen(ConsoleScreen):
         self.app.push_screen(HistoryScreen(self.host))
 
     def action_repair(self) -> None:
-        self.console.repair(self.host)
+        self.post_message(ShowRepair(self.host))
 
     def action_bundle(self) -> None:
-        self.console.bundle(self.host)
+        self.post_message(WriteBundle(self.host))
 
     def action_service(self, change: Change) -> None:
-        self.console.service(self.host, change)
+        self.post_message(ShowService(self.host, change))
 
     def action_other_host(self, step: int) -> None:
         """The host before or after this one in the fleet's list as the fleet shows it (its

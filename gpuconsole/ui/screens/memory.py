@@ -45,6 +45,15 @@ class MemoryScreen(ActionScreen):
     HELP_TITLE = "Memory trials"
     HELP_ORDER = 95
 
+    CSS = """
+    MemoryScreen #memory-status, MemoryScreen #memory-result {
+        height: auto;
+        padding: 0 1;
+    }
+    MemoryScreen #memory-result {
+        border-top: solid $panel;
+    }
+    """
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="memory.back"),
         Binding("s", "stop", "Stop", id="memory.stop", tooltip="stop the trials on the host"),

@@ -26,6 +26,22 @@ class RepairScreen(ActionScreen):
     HELP_TITLE = "Repair"
     HELP_ORDER = 80
 
+    CSS = """
+    RepairScreen #repair-status {
+        height: 1;
+        padding: 0 1;
+    }
+    RepairScreen #repair-plan-box {
+        height: 2fr;
+        padding: 0 1;
+    }
+    RepairScreen #repair-output {
+        height: 1fr;
+        min-height: 5;
+        border-top: solid $panel;
+        padding: 0 1;
+    }
+    """
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="repair.back"),
         Binding(

@@ -32,6 +32,22 @@ class RunScreen(ActionScreen):
     HELP_TITLE = "Benchmark run"
     HELP_ORDER = 90
 
+    CSS = """
+    RunScreen #run-status, RunScreen #run-trend, RunScreen #run-numbers {
+        height: 1;
+        padding: 0 1;
+    }
+    RunScreen #run-result {
+        height: auto;
+        padding: 0 1;
+        border-top: solid $panel;
+    }
+    RunScreen #run-log {
+        height: 1fr;
+        border-top: solid $panel;
+        padding: 0 1;
+    }
+    """
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="run.back"),
         Binding("s", "stop", "Stop", id="run.stop", tooltip="stop the run on the host"),

@@ -41,9 +41,9 @@ class ReasonScreen(ModalScreen[str | None]):
     (`checked_reason`), anything else is said under the box. Esc cancels."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="service.reason-cancel")]
-    DEFAULT_CSS = """
+    CSS = """
     ReasonScreen { align: center middle; }
-    #reason-body {
+    ReasonScreen #reason-body {
         width: 76;
         max-width: 100%;
         height: auto;
@@ -51,7 +51,7 @@ class ReasonScreen(ModalScreen[str | None]):
         border: round $warning;
         background: $surface;
     }
-    #reason-error { color: $error; height: auto; }
+    ReasonScreen #reason-error { color: $error; height: auto; }
     """
 
     def __init__(self, host: str) -> None:
@@ -85,9 +85,12 @@ class ServiceScreen(ActionScreen):
     HELP_ORDER = 85
 
     BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="service.back")]
-    DEFAULT_CSS = """
-    #service-status, #service-plan, #service-answer { height: auto; padding: 0 1; }
-    #service-plan { margin: 1 0; }
+    CSS = """
+    ServiceScreen #service-status, ServiceScreen #service-plan, ServiceScreen #service-answer {
+        height: auto;
+        padding: 0 1;
+    }
+    ServiceScreen #service-plan { margin: 1 0; }
     """
 
     def __init__(self, target: Target, change: Change, reason: str | None = None) -> None:

@@ -151,6 +151,11 @@ class TopologyScreen(ConsoleScreen):
     HELP_TITLE = "Topology"
     HELP_ORDER = 30
 
+    CSS = """
+    TopologyScreen #topology-body {
+        padding: 0 1;
+    }
+    """
     BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="topology.back")]
 
     def __init__(self, host: str) -> None:

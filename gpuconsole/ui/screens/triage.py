@@ -20,6 +20,7 @@ from gpuconsole.fleet.alerts.engine import FIRING
 from gpuconsole.fleet.record.episodes import ALERT
 from gpuconsole.fleet.record.when import clock
 from gpuconsole.fleet.triage_list import Since, TriageItem, triage_items
+from gpuconsole.ui.messages import ShowGpu
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
@@ -57,11 +58,10 @@ class TriageScreen(ConsoleScreen):
         Binding("escape", "app.pop_screen", "Back", id="triage.back"),
         Binding("enter", "open", "Open", id="triage.open", tooltip="its GPU, or its host"),
     ]
-    # Screen CSS, not DEFAULT_CSS: it must win over app.tcss's rule for every KeyedTable.
     CSS = """
-    #triage-status { height: 1; padding: 0 1; }
-    #triage { height: 1fr; max-height: 100%; }
-    #triage-detail {
+    TriageScreen #triage-status { height: 1; padding: 0 1; }
+    TriageScreen #triage { height: 1fr; max-height: 100%; }
+    TriageScreen #triage-detail {
         height: auto;
         max-height: 8;
         padding: 0 1;
@@ -200,6 +200,6 @@ class TriageScreen(ConsoleScreen):
         if item is None or item.host not in self.store.hosts:
             return
         if item.gpu is not None:
-            self.console.open_gpu(item.host, item.gpu)
+            self.post_message(ShowGpu(item.host, item.gpu))
         else:
             self.app.push_screen(HostScreen(item.host))

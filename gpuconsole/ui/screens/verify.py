@@ -49,6 +49,21 @@ class VerifyScreen(ActionScreen):
     HELP_TITLE = "Verification"
     HELP_ORDER = 70
 
+    CSS = """
+    VerifyScreen #verify-status {
+        height: 1;
+        padding: 0 1;
+    }
+    VerifyScreen #verify-matrix {
+        max-height: 1fr;
+    }
+    VerifyScreen #verify-detail-box {
+        height: 1fr;
+        min-height: 6;
+        border-top: solid $panel;
+        padding: 0 1;
+    }
+    """
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="verify.back"),
         Binding("r", "rerun", "Run again", id="verify.rerun", tooltip="verify the hosts again"),

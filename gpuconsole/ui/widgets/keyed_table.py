@@ -115,8 +115,9 @@ class KeyedTable(DataTable[Text | str]):
     """Rows keyed by a stable string; `sync` applies a full new state as a minimal change."""
 
     DEFAULT_CSS = """
-    KeyedTable { height: auto; max-height: 100%; }
+    KeyedTable { height: auto; max-height: 1fr; }
     """
+    """As tall as its rows, within what its screen leaves it; a screen's CSS may bound it."""
     BINDINGS = [
         Binding("home", "scroll_top", "First row", show=False),
         Binding("end", "scroll_bottom", "Last row", show=False),

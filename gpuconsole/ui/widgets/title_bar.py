@@ -109,6 +109,14 @@ def _ordered(states: Counter[HostState]) -> list[tuple[HostState, int]]:
 class TitleBar(Steady):
     """Shows its parts fitted to its width, again whenever the width changes."""
 
+    DEFAULT_CSS = """
+    TitleBar {
+        height: 1;
+        padding: 0 1;
+        background: $panel;
+    }
+    """
+
     def __init__(self) -> None:
         super().__init__(id="title-bar")
         self._parts: tuple[Part, ...] = ()
