@@ -14,6 +14,7 @@ from slurm import Slurm, running, slurm_available
 from sshd import Sshd
 from standin import write_standin_smi
 
+from gpuconsole.core import paths
 from gpuconsole.core.clock import ManualClock
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 from gpuconsole.ui.app import GpuConsoleApp
@@ -35,6 +36,15 @@ def _isolated_dirs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_COLOR", raising=False)
     # ssh reads the real user's ~/.ssh/config whatever HOME says: no test may
     monkeypatch.setenv("GPUCONSOLE_SSH_CONFIG", os.devnull)
+
+
+@pytest.fixture
+def audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's own audit log, ``audit.jsonl`` in its temporary folder (not yet made), named
+    by ``GPUCONSOLE_AUDIT_LOG`` for the console in this process and the commands it starts."""
+    path = tmp_path / "audit.jsonl"
+    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(path))
+    return path
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ import pwd
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
+from cli_runner import gpuconsole
 from leftovers import end
 
 from gpuconsole.hosts.ssh import SshSettings
@@ -218,14 +218,7 @@ def _user() -> str:
 def run_gpuconsole(home: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     """``gpuconsole ARGS`` as a user runs it: a subprocess whose HOME is ``home`` (its
     ``~/.ssh`` names the test servers), with no SSH agent."""
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        capture_output=True,
-        text=True,
-        env=user_env(home),
-        timeout=timeout,
-        check=False,
-    )
+    return gpuconsole(*args, env=user_env(home), timeout=timeout)
 
 
 def user_env(home: Path) -> dict[str, str]:

@@ -14,20 +14,12 @@ from test_ssh_fleet import entry, settings, source_for
 
 from gpuconsole.actions import session
 from gpuconsole.actions.session import open_shell
-from gpuconsole.core import paths
 from gpuconsole.hosts.source import WatchedTarget
 from gpuconsole.hosts.ssh import ConnectFailure
 from gpuconsole.hosts.targets import Context, Target
 
 HERE = Target("here", None, Context("here"))
 needs_sshd = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
-
-
-@pytest.fixture
-def audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    log = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(log))
-    return log
 
 
 def entries(log: Path) -> list[dict[str, object]]:

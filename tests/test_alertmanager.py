@@ -9,10 +9,7 @@ The rack runs on a manual clock set to now: Alertmanager compares ``endsAt`` wit
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +18,8 @@ from typing import Any
 
 import pytest
 from amserver import Alertmanager, require_alertmanager
+from cli_runner import start_gpuconsole
+from notices import Notice, notices
 from promserver import free_port
 
 from gpuconsole.core.clock import ManualClock
@@ -41,7 +40,6 @@ from gpuconsole.ui.screens.alerts import AlertsScreen, SilenceScreen, row_key
 from gpuconsole.ui.screens.confirm import ConfirmScreen
 from gpuconsole.ui.widgets.keyed_table import KeyedTable
 
-ROOT = Path(__file__).resolve().parent.parent
 HOST, GPU = "h100-01", 6
 
 
@@ -312,7 +310,7 @@ async def test_the_alerts_screen_says_when_alerts_are_not_delivered(make_app) ->
     sender = AlertmanagerSender(AlertmanagerSettings((url,)))
     app = make_app(alertmanager=sender)
     try:
-        async with app.run_test(size=(160, 40)) as pilot:
+        async with app.run_test(size=(160, 40), notifications=True) as pilot:
             await pilot.press("a")
             screen = app.screen
             await wait_async(sender.problems)
@@ -323,26 +321,13 @@ async def test_the_alerts_screen_says_when_alerts_are_not_delivered(make_app) ->
             await pilot.press("s", "enter", "y")
             await app.workers.wait_for_complete()
             await pilot.pause()
-            notes = [n.message for n in app._notifications]
-            assert f"Alertmanager did not take the silence: {url}: connection refused" in notes
+            said = f"Alertmanager did not take the silence: {url}: connection refused"
+            assert Notice(said, "error") in await notices(pilot)
     finally:
         sender.close()
 
 
 # --- the commands, end to end ---------------------------------------------------------------------
-
-
-def gpuconsole(*args: str, **kwargs: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpuconsole", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        **kwargs,  # type: ignore[arg-type]
-    )
 
 
 def test_record_sends_the_demo_racks_alerts_from_the_alerts_file(
@@ -352,7 +337,7 @@ def test_record_sends_the_demo_racks_alerts_from_the_alerts_file(
     resolves an alert the console merely stopped watching)."""
     alerts = tmp_path / "alerts.toml"
     alerts.write_text(f'[alertmanager]\nurls = ["{alertmanager.url}"]\n')
-    record = gpuconsole(
+    record = start_gpuconsole(
         "--alerts",
         str(alerts),
         "record",
@@ -370,7 +355,7 @@ def test_record_sends_the_demo_racks_alerts_from_the_alerts_file(
 
 
 def test_the_exporter_sends_alerts_when_given_alertmanager(alertmanager: Alertmanager) -> None:
-    exporter = gpuconsole(
+    exporter = start_gpuconsole(
         "exporter", "--demo", "--port", "0", "--alertmanager", alertmanager.url, "--refresh", "1"
     )
     try:

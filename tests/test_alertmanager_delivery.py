@@ -11,14 +11,13 @@ import json
 import math
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from promserver import free_port
@@ -39,7 +38,6 @@ from gpuconsole.fleet.alerts.config import load_config, load_rules
 from gpuconsole.fleet.alerts.engine import FIRING, PENDING, Alert
 from gpuconsole.fleet.alerts.rules import RuleError
 
-ROOT = Path(__file__).resolve().parent.parent
 fuzz = settings(max_examples=200, deadline=None, database=None)
 LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 
@@ -268,17 +266,6 @@ def test_any_table_is_taken_or_refused_in_one_line(table: dict[str, object]) -> 
         return
     assert all(url == alertmanager_url(url) for url in taken.urls)
     assert 1 <= taken.resend <= 3600 and 0.1 <= taken.timeout <= 300
-
-
-def gpuconsole(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.mark.parametrize("command", [(), ("record",), ("exporter",)])

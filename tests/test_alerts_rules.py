@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 
 from gpuconsole.core import paths
 from gpuconsole.core.model import GpuState, HostSnapshot, Severity, XidEvent
@@ -292,20 +293,13 @@ def test_missing_named_file(tmp_path: Path) -> None:
 
 
 def test_console_refuses_a_bad_alerts_file_in_one_line(tmp_path: Path) -> None:
-    import subprocess
-    import sys
 
     path = tmp_path / "alerts.toml"
     path.write_text(
         '[[rule]]\nname = "gpu-hot"\nexpr = "temperature_c >= 85"\n'
         'severity = "hot"\nmessage = "m"\n'
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "--demo", "--alerts", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = gpuconsole("--demo", "--alerts", str(path))
     assert result.returncode == 2
     assert result.stderr == (
         f"gpuconsole: {path}: rule 'gpu-hot': severity 'hot' is not info, warning or critical\n"

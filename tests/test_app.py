@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuconsole.core.model import HostState, Severity
 from gpuconsole.fleet.poller import collect
+from gpuconsole.ui.screens.console import Console
 from gpuconsole.ui.screens.fleet import FleetScreen, gpu_row_key
 from gpuconsole.ui.screens.help import HelpScreen
 from gpuconsole.ui.screens.host import HostScreen
@@ -25,6 +26,24 @@ def tick(app, clock, seconds: float = 1.0) -> None:
     """Advance the simulation and take one polling round, as the timer chain would."""
     clock.advance(seconds)
     app.apply_readings(collect(app.source))
+
+
+def test_the_app_is_the_console_its_screens_read(make_app) -> None:
+    """Every member of `Console` is the app's (replay's too: it is one); the check can fail."""
+    app = make_app()
+    assert isinstance(app, Console)
+
+    class Lacking:
+        def __init__(self, missing: str) -> None:
+            self.missing = missing
+
+        def __getattr__(self, name: str) -> object:
+            if name == self.missing:
+                raise AttributeError(name)
+            return getattr(app, name)
+
+    assert isinstance(Lacking(""), Console)
+    assert not isinstance(Lacking("began"), Console)
 
 
 async def test_navigation_fleet_host_topology_and_back(make_app) -> None:

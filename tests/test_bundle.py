@@ -7,17 +7,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 import tarfile
 import threading
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from conftest import EPOCH, NOW
+from notices import notices
 from sshd import Sshd, sshd_available, user_env
 from static_source import StaticSource
-from test_replay import gpuconsole
 
 from gpuconsole.actions.bundle.archive import BundleError
 from gpuconsole.actions.bundle.contents import BundleInputs, summary
@@ -43,7 +42,6 @@ from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.telemetry.sim import SimRack, SimSource, demo_rack
 from gpuconsole.ui.widgets.notices import laid_out
 
-GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 needs_sshd = pytest.mark.skipif(not sshd_available(), reason="OpenSSH sshd is not installed")
 
 KERNEL_LINES = (
@@ -109,12 +107,11 @@ def members(path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    log = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(log))
+def audit_log(audit_log: Path) -> Path:
+    """The test's audit log (tests/conftest.py), holding two actions for a bundle to copy."""
     audit.record("signal-process", host="gpu-test", pid=4242, signal="SIGTERM", sent=True)
     audit.record("repair-step", host="gpu-other", command="modprobe nvidia", exit_code=0)
-    return log
+    return audit_log
 
 
 # --- over SSH -----------------------------------------------------------------------------------
@@ -337,14 +334,8 @@ def test_bundle_of_an_ssh_host_as_a_user_runs_it(
     config = sshd.ssh_config(["gpu-test"])
     assert config.exists()
     env = user_env(sshd.home)
-    done = subprocess.run(
-        [*GPUCONSOLE, "bundle", "gpu-test", "--hosts", "gpu-test", "-o", str(tmp_path), "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
+    words = ("bundle", "gpu-test", "--hosts", "gpu-test", "-o", str(tmp_path), "--json")
+    done = gpuconsole(*words, env=env, timeout=180)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     files = members(Path(result["path"]))
@@ -360,17 +351,18 @@ async def test_b_on_the_host_screen_writes_a_bundle_of_what_the_console_holds(
 ) -> None:
     monkeypatch.setenv("GPUCONSOLE_BUNDLE_DIR", str(tmp_path / "bundles"))
     app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await pilot.press("enter")
         host = app.screen.host
         await pilot.press("B")
         await app.workers.wait_for_complete()
         await pilot.pause()
         history = list(app.fleet.store.history(host))
-        notices = [n.message for n in app._notifications]
+        shown = await notices(pilot)
     (path,) = (tmp_path / "bundles").glob("*.tar.gz")
     # as the notice lays it out: the path on lines of its own, never broken inside a name
-    assert any(m.startswith(laid_out(f"bundle written: {path}")) for m in notices)
+    written = laid_out(f"bundle written: {path}")
+    assert any(n.text.startswith(written) and n.severity == "information" for n in shown), shown
     files = members(path)
     times = [json.loads(line)["time"] for line in files["readings.jsonl"].splitlines()]
     assert times == [s.time for s in history]

@@ -3,36 +3,22 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole, start_gpuconsole
 
 from gpuconsole import __version__
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-
 
 def test_version() -> None:
-    result = run("--version")
+    result = gpuconsole("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"gpuconsole {__version__}"
     assert __version__.count(".") >= 1
 
 
 def test_help_mentions_the_main_options() -> None:
-    result = run("--help")
+    result = gpuconsole("--help")
     assert result.returncode == 0
     assert result.stdout.startswith("usage: gpuconsole")
     assert "--demo" in result.stdout
@@ -57,7 +43,7 @@ def test_help_mentions_the_main_options() -> None:
 def test_bad_value_exits_2_with_one_line_error(
     args: tuple[str, ...], bad: str, option: str
 ) -> None:
-    result = run(*args)
+    result = gpuconsole(*args)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
@@ -73,12 +59,8 @@ def test_ctrl_c_is_one_line_not_a_traceback() -> None:
     import signal
     import time
 
-    child = subprocess.Popen(
-        [sys.executable, "-m", "gpuconsole", "oom", "-"],  # waits on a stdin that stays open
-        stdin=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # waits on a stdin that stays open
+    child = start_gpuconsole("oom", "-", stdin=subprocess.PIPE, stdout=None)
     try:
         time.sleep(2)  # past the start, into the read
         child.send_signal(signal.SIGINT)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 
 from gpuconsole.telemetry.nvml import nvml_unavailable_reason
 from gpuconsole.telemetry.sim import demo_rack
@@ -15,12 +14,6 @@ from gpuconsole.telemetry.smi_xml import dump_xml
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 no_gpu = pytest.mark.skipif(nvml_unavailable_reason() is None, reason="this host has a GPU")
-
-
-def gpuconsole(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def test_snapshot_demo_json_carries_readings_and_findings() -> None:

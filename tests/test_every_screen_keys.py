@@ -9,12 +9,13 @@ from __future__ import annotations
 import base64
 import os
 import re
-import sys
 from pathlib import Path
 
 import pyte
 import pytest
+from cli_runner import GPUCONSOLE
 from hostile import run_in_pty
+from notices import Notice, notice_texts, notices
 from pilot_wait import until
 from test_app import row_keys, tick
 
@@ -164,7 +165,7 @@ async def test_the_filter_knows_a_states_short_word(make_app, rack, clock) -> No
 
 async def test_y_copies_the_value_under_the_cursor(make_app) -> None:
     app = make_app()
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
         host = row_keys(app.screen, "fleet")[0]
         await pilot.press("y")
         assert app.clipboard == host
@@ -182,8 +183,9 @@ async def test_y_copies_the_value_under_the_cursor(make_app) -> None:
         pid = int(first.partition("/")[2])
         (process,) = [p for p in snapshot.processes if p.pid == pid]
         assert app.clipboard == process.command
-        copies = [n for n in app._notifications if getattr(n, "kind", None) == "copy"]
-        assert len(copies) == 1 and "copied command" in copies[0].message
+        # four copies, one notice: each replaced the one before
+        copies = [n for n in await notice_texts(pilot) if n.startswith("copied ")]
+        assert len(copies) == 1 and copies[0].startswith("copied command: "), copies
 
 
 # --- the palette, help, notices -----------------------------------------------------------------
@@ -211,10 +213,10 @@ async def test_q_quits_from_help(make_app) -> None:
 
 async def test_sorting_again_replaces_its_notice(make_app) -> None:
     app = make_app()
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await pilot.press(*"sssss")
         await pilot.pause()
-        assert [n.message for n in app._notifications] == ["sorted by memory"]
+        assert await notices(pilot) == [Notice("sorted by memory", "information")]
 
 
 def test_a_long_path_in_a_notice_is_never_broken_in_a_name() -> None:
@@ -337,8 +339,7 @@ def test_no_color_writes_no_colour_and_marks_by_attributes(tmp_path) -> None:
     }
     env.pop("GPUCONSOLE_PLAIN_OUTPUT", None)
     keys = [(8.0, b"y"), (9.0, b"\r"), (11.0, b"T"), (13.0, b"q")]
-    command = [sys.executable, "-m", "gpuconsole", "--demo"]
-    output, _ = run_in_pty(command, env, keys, size=(80, 24), cwd=ROOT)
+    output, _ = run_in_pty([*GPUCONSOLE, "--demo"], env, keys, size=(80, 24), cwd=ROOT)
     assert b"CRIT" in output, output[-2000:]
     assert colour_codes(output) == []
     # y on the fleet copied the host under the cursor (the worst), through OSC 52
@@ -371,14 +372,12 @@ async def test_no_color_palette_marks_critical_and_hot_by_emphasis(make_app, mon
 # --- replay ---------------------------------------------------------------------------------------
 
 
-async def test_replay_plays_at_the_speed_it_names(tmp_path, rack, monkeypatch) -> None:
+async def test_replay_plays_at_the_speed_it_names(tmp_path, rack, audit_log) -> None:
     from test_record import START, record_incident
 
-    from gpuconsole.core import paths
     from gpuconsole.fleet.record.reader import Recording
     from gpuconsole.ui.replay_app import ReplayApp
 
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "r.sqlite"
     record_incident(path, rack, seconds=120, fault_at=30)
     recording = Recording(path)

@@ -7,20 +7,17 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 
-GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 EXPORTS = (("rules", "export"), ("grafana", "export"))
 IDS = ("rules", "grafana")
 
 
 def export(command: tuple[str, ...], output: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*GPUCONSOLE, *command, "-o", str(output)], capture_output=True, text=True, timeout=120
-    )
+    return gpuconsole(*command, "-o", str(output))
 
 
 @pytest.mark.parametrize("command", EXPORTS, ids=IDS)
@@ -70,7 +67,7 @@ def test_a_file_at_the_path_is_replaced_whole_keeping_its_mode(
     os.link(output, other)  # another name of the old file keeps the old text
     result = export(command, output)
     assert result.returncode == 0, result.stderr
-    fresh = subprocess.run([*GPUCONSOLE, *command], capture_output=True, text=True, timeout=120)
+    fresh = gpuconsole(*command)
     assert output.read_text() == fresh.stdout
     assert stat.S_IMODE(output.stat().st_mode) == 0o640
     assert other.read_text().startswith("an older export")

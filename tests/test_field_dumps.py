@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,12 +39,7 @@ WDDM_PROCESSES = """    Processes
 
 
 def triage(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "triage", "--from", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return gpuconsole("triage", "--from", str(path))
 
 
 def refused(result: subprocess.CompletedProcess[str], path: Path) -> str:

@@ -7,11 +7,10 @@ import contextlib
 import io
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +18,6 @@ from gpuconsole.cli.commands import exits
 from gpuconsole.cli.main import main
 from gpuconsole.core.untrusted import UNSAFE
 
-ROOT = Path(__file__).resolve().parent.parent
 DUMP = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-q-loaded.xml"
 PROPERTY = settings(
     max_examples=200,
@@ -73,14 +71,7 @@ def plain(folder: bytes) -> list[str]:
     """What triage prints of the dump under a plain name, line by line."""
     path = os.fsdecode(os.path.join(folder, b"plain.xml"))
     shutil.copyfile(DUMP, path)
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "triage", "--from", path],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = gpuconsole("triage", "--from", path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"{path}: 1 GPUs, driver 580.159.04"
@@ -111,14 +102,7 @@ def test_a_dump_prints_the_same_lines_whatever_its_name(
 
 def test_the_issues_name_forges_no_line() -> None:
     """`gpuconsole triage --from "$(printf 'x\\nFAKE LINE')"`, as the red team ran it."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "triage", "--from", "x\nFAKE LINE"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = gpuconsole("triage", "--from", "x\nFAKE LINE")
     assert done.returncode == 3
     assert done.stderr == "gpuconsole: x␊FAKE LINE: No such file or directory\n"
 

@@ -14,12 +14,12 @@ import decimal
 import json
 import math
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from promserver import promtool, promtool_available
@@ -62,12 +62,6 @@ def alerts_file(tmp_path: Path, text: str | bytes, name: str = "alerts.toml") ->
     else:
         path.write_text(text, encoding="utf-8")
     return path
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def promtool_verdicts(tmp_path: Path, rule_files: Mapping[str, str]) -> dict[str, str | None]:
@@ -116,7 +110,7 @@ def test_cli_rules_export_of_a_non_utf8_file_is_one_line(tmp_path: Path) -> None
         ("--alerts", str(path), "rules", "export"),
         ("rules", "export", "--alerts", str(path)),
     ):
-        result = run_cli(*argv)
+        result = gpuconsole(*argv)
         assert result.returncode == 2
         assert result.stdout == ""
         assert result.stderr == (
@@ -291,7 +285,7 @@ def test_chained_operators_in_a_file_are_one_line(tmp_path: Path) -> None:
     assert refusal(path).startswith(
         f"{path}: rule 'long': expr: longer than {MAX_CONDITION_CHARS} characters ({len(chain)}): "
     )
-    result = run_cli("--alerts", str(path), "rules", "export")
+    result = gpuconsole("--alerts", str(path), "rules", "export")
     assert result.returncode == 2
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1
@@ -591,7 +585,7 @@ def test_rules_export_exports_the_alerts_option(tmp_path: Path, where: str) -> N
         if where == "global"
         else ("rules", "export", "--alerts", str(path))
     )
-    result = run_cli(*argv)
+    result = gpuconsole(*argv)
     assert result.returncode == 0, result.stderr
     assert result.stdout == rules_yaml(load_rules(path), Dialect.of("4.9"))  # the CLI's default
     assert '- alert: "Mine"' in result.stdout
@@ -604,11 +598,11 @@ def test_rules_export_exports_the_environment_and_the_default_file(
     default = tmp_path / "xdg_config_home" / "gpuconsole" / "alerts.toml"  # conftest's XDG dir
     default.parent.mkdir(parents=True)
     default.write_text('disable = ["gpu-xid"]\n')
-    result = run_cli("rules", "export")
+    result = gpuconsole("rules", "export")
     assert result.returncode == 0, result.stderr
     assert '"GpuXid"' not in result.stdout
     monkeypatch.setenv("GPUCONSOLE_ALERTS", str(alerts_file(tmp_path, MINE)))
-    result = run_cli("rules", "export")
+    result = gpuconsole("rules", "export")
     assert '"Mine"' in result.stdout and '"GpuXid"' in result.stdout
 
 

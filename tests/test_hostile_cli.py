@@ -10,18 +10,16 @@ import os
 import resource
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 
 from gpuconsole.cli import global_options
 from gpuconsole.cli.main import build_parser, main
 from gpuconsole.core import audit, paths
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
-GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 
 REQUIRED: dict[str, tuple[str, ...]] = {
     "triage": ("--from", "dump.xml"),
@@ -53,18 +51,6 @@ GIVEN: dict[str, tuple[tuple[str, ...], object]] = {
 FLAGS = global_options.global_flags(build_parser())
 COMMANDS = sorted(global_options.USES)
 PAIRS = [(command, dest) for command in COMMANDS for dest in sorted(FLAGS)]
-
-
-def run(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*GPUCONSOLE, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        **kwargs,  # type: ignore[arg-type]
-    )
 
 
 def words(command: str, *before: str) -> list[str]:
@@ -142,7 +128,7 @@ def test_given_before_and_after_the_command_the_later_wins() -> None:
 def test_refresh_before_record_is_honoured() -> None:
     """The issue's case: record polls every --refresh seconds (`record_fleet(interval=...)`), so
     the option given before it applies; argparse let record's own default replace it."""
-    result = run("--refresh", "5", "record", "--demo", "--duration", "1s")
+    result = gpuconsole("--refresh", "5", "record", "--demo", "--duration", "1s")
     assert result.returncode == 0, result.stderr
     assert "every 5 s (Ctrl+C stops)" in result.stderr
 
@@ -153,17 +139,17 @@ def test_alerts_before_rules_export_is_honoured(tmp_path: Path) -> None:
         '[[rule]]\nname = "gpu-very-hot"\nexpr = "temperature_c >= 95"\nseverity = "critical"\n'
         'message = "{host} GPU {gpu} at {value} C"\n'
     )
-    result = run("--alerts", str(alerts), "rules", "export")
+    result = gpuconsole("--alerts", str(alerts), "rules", "export")
     assert result.returncode == 0, result.stderr
     assert 'alert: "GpuVeryHot"' in result.stdout
     alerts.write_text('[[rule]]\nname = "gpu-hot"\nexpr = "temp > 85"\nseverity = "info"\n')
-    result = run("--alerts", str(alerts), "rules", "export")
+    result = gpuconsole("--alerts", str(alerts), "rules", "export")
     assert result.returncode == 2
     assert one_line(result.stderr).startswith(f"gpuconsole: {alerts}: rule 'gpu-hot'")
 
 
 def test_demo_before_snapshot_is_honoured() -> None:
-    result = run("--demo", "snapshot", "--json")
+    result = gpuconsole("--demo", "snapshot", "--json")
     assert result.returncode in (0, 1, 2), result.stderr
     assert json.loads(result.stdout)["host"]
 
@@ -181,7 +167,7 @@ def test_demo_before_snapshot_is_honoured() -> None:
 def test_an_option_that_does_not_apply_exits_2_with_one_line(
     before: tuple[str, ...], command: str
 ) -> None:
-    result = run(*words(command, *before))
+    result = gpuconsole(*words(command, *before))
     assert result.returncode == 2
     assert result.stdout == ""
     assert one_line(result.stderr) == f"gpuconsole: {before[0]} does not apply to `{command}`"
@@ -198,7 +184,7 @@ def limited_memory() -> None:
 
 
 def triage(path: Path | str, *, limit: bool = False) -> subprocess.CompletedProcess[str]:
-    return run("triage", "--from", str(path), preexec_fn=limited_memory if limit else None)
+    return gpuconsole("triage", "--from", str(path), preexec_fn=limited_memory if limit else None)
 
 
 def test_a_sparse_1_gib_dump_is_refused_unread_under_a_memory_limit(tmp_path: Path) -> None:
@@ -330,7 +316,7 @@ def test_a_refusal_quoting_a_host_reaches_the_terminal_as_text(
 def test_repair_on_a_group_is_one_line_naming_its_hosts(tmp_path: Path) -> None:
     inventory = tmp_path / "hosts.toml"
     inventory.write_text('[groups.rack-a]\nhosts = ["gpu-a", "gpu-b"]\n')
-    result = run("repair", "rack-a", "--inventory", str(inventory), "--dry-run")
+    result = gpuconsole("repair", "rack-a", "--inventory", str(inventory), "--dry-run")
     assert result.returncode == 2
     line = one_line(result.stderr)
     assert line == "gpuconsole: repair takes one host; rack-a is a group of 2 (gpu-a, gpu-b)"
@@ -361,14 +347,7 @@ def test_a_reader_that_has_gone_is_no_traceback(command: list[str], tmp_path: Pa
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        done = subprocess.run(
-            [*GPUCONSOLE, *(word.format(oom=message) for word in command)],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = gpuconsole(*(word.format(oom=message) for word in command), stdout=write_end)
     finally:
         os.close(write_end)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_runner import GPUCONSOLE, gpuconsole
 from hostile import (
     CLEAR,
     HOSTILE_SMI_FIELDS,
@@ -132,13 +132,12 @@ def test_the_console_writes_none_of_it_to_the_terminal(
         env[PLAIN_OUTPUT_ENV] = "1"
     keys = [(12.0, b"\r"), (15.0, b"\t"), (17.0, b"t"), (19.0, b"\x1b"), (20.0, b"\x1b")]
     keys += [(21.0, b"T"), (23.0, b"\x1b"), (24.0, b"q")]
-    output, screen = run_in_pty(
-        [sys.executable, "-m", "gpuconsole", "--hosts", "gpu-test"], env, keys, cwd=ROOT
-    )
+    output, screen = run_in_pty([*GPUCONSOLE, "--hosts", "gpu-test"], env, keys, cwd=ROOT)
     assert b"gpu-test" in output, output[-2000:]
     assert foreign_sequences(output) == []
     shown = "\n".join(screen.display)
-    assert "gpu-test" in shown or output.endswith(b"\x1b[?1049l") or b"\x1b[?1049l" in output
+    assert "gpu-test" in shown, shown  # the last screen drawn, the fleet, names the host
+    assert b"\x1b[?1049l" in output  # and `q` left the alternate screen, as a console quits
     # The host screen showed the hostile names as visible text: ␛ where the ESC was.
     assert "␛]0;owned".encode() in output or "␛]52".encode() in output
 
@@ -152,15 +151,7 @@ def test_subcommands_print_it_as_visible_text(hostile_sshd: Sshd, tmp_path: Path
         "hosts check": ["hosts", "check", "--hosts", "gpu-test"],
     }
     for what, args in runs.items():
-        done = subprocess.run(
-            [sys.executable, "-m", "gpuconsole", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=90,
-            check=False,
-            cwd=ROOT,
-        )
+        done = gpuconsole(*args, env=env, timeout=90)
         assert done.returncode in (0, 1, 2), (what, done.stderr)
         assert plain_output_faults(done.stdout + done.stderr) == [], what
         if what == "snapshot":
@@ -186,14 +177,7 @@ def test_triage_of_a_doctored_dump_prints_it_as_visible_text(tmp_path: Path, as_
         )
     )
     args = ["triage", "--from", str(doctored), *(["--json"] if as_json else [])]
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-    )
+    done = gpuconsole(*args)
     assert done.returncode in (0, 1, 2), done.stderr
     assert plain_output_faults(done.stdout + done.stderr) == []
     shown = json.loads(done.stdout)["driver_version"] if as_json else done.stdout

@@ -14,7 +14,6 @@ import signal
 import sqlite3
 import stat
 import subprocess
-import sys
 import tarfile
 import threading
 import time
@@ -25,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from cli_runner import start_gpuconsole
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_record import START, full_snapshot, record_incident
@@ -60,9 +60,9 @@ STOP_BOUND_S = 5.0
 
 
 @pytest.fixture
-def recorded(tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A minute of the demo rack (six hosts), intact."""
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
+def recorded(tmp_path: Path, rack: SimRack, audit_log: Path) -> Path:
+    """A minute of the demo rack (six hosts), intact; the recorder copies the test's own audit
+    log."""
     path = tmp_path / "ticket.sqlite"
     record_incident(path, rack, seconds=SECONDS)
     return path
@@ -498,10 +498,10 @@ def test_at_most_so_many_readings_are_read_at_once(
         recording.close()
 
 
+@pytest.mark.usefixtures("audit_log")
 def test_retention_leaves_a_damaged_row_for_the_reader_to_name(
-    tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, rack: SimRack
 ) -> None:
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "thinned.sqlite"
     record_incident(path, rack, seconds=90)  # keyframes at 0, 60: the first minute is thinned
     garble(path)
@@ -531,11 +531,8 @@ def test_retention_leaves_a_damaged_row_for_the_reader_to_name(
 
 
 def start_recorder(path: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpuconsole", "record", "--demo", "--record", str(path), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    return start_gpuconsole(
+        "record", "--demo", "--record", str(path), *extra, stdout=subprocess.DEVNULL
     )
 
 

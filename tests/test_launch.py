@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from conftest import NOW
 from sshd import user_env
 from standin import write_standin_smi
@@ -29,7 +30,6 @@ from gpuconsole.actions.launch.commands import (
 from gpuconsole.actions.launch.run import parse_event, start_failure
 from gpuconsole.actions.launch.session import host_gpus, launch, plan_launch
 from gpuconsole.actions.verify.model import CommandOutput
-from gpuconsole.core import paths
 from gpuconsole.core.model import Topology
 from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.telemetry.sim import PROFILES, SimRack
@@ -208,15 +208,7 @@ def test_progress_lines_and_start_failures_are_read() -> None:
 # --- real runs --------------------------------------------------------------------------------
 
 
-def gpuconsole(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
+LAUNCH_S = 600  # a recipe's real run on the CPU
 
 
 @pytest.fixture
@@ -234,7 +226,9 @@ CPU_RUN = ("--", "--tiny", "--device", "cpu", "--steps", "3", "--warmup-steps", 
 
 
 def test_a_launch_on_two_gpus_runs_torchrun_and_keeps_the_result(cpu_host) -> None:
-    done = gpuconsole("launch", "resnet50", "--gpus", "2", "--json", *CPU_RUN, env=cpu_host)
+    done = gpuconsole(
+        "launch", "resnet50", "--gpus", "2", "--json", *CPU_RUN, env=cpu_host, timeout=LAUNCH_S
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] and report["engine"] == "torchrun"
@@ -272,7 +266,7 @@ def test_a_launch_over_ssh_runs_with_the_inventorys_python(ssh_home) -> None:
     home, inventory = ssh_home
     env = user_env(home)
     args = ("launch", "resnet50", "--host", "gpu-a", "--gpus", "1", "--inventory", str(inventory))
-    done = gpuconsole(*args, "--json", *CPU_RUN, env=env)
+    done = gpuconsole(*args, "--json", *CPU_RUN, env=env, timeout=LAUNCH_S)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] and report["host"] == "gpu-a" and report["engine"] == "python"
@@ -284,13 +278,6 @@ def test_a_launch_over_ssh_runs_with_the_inventorys_python(ssh_home) -> None:
 TINY_RUN = LaunchSpec(
     "resnet50", "baseline", 2, ("--tiny", "--device", "cpu", "--warmup-steps", "1")
 )
-
-
-@pytest.fixture
-def audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    log = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(log))
-    return log
 
 
 def assert_logged(log: Path, host: str, run_command: str) -> None:

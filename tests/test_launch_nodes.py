@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from sshd import user_env
-from test_launch import CPU_RUN, gpuconsole
+from test_launch import CPU_RUN, LAUNCH_S
 
 from gpuconsole.actions.launch.commands import RDZV_PORT, LaunchError, LaunchSpec, node_command
 from gpuconsole.actions.launch.nodes import parse_probe, probe_command
@@ -143,7 +144,9 @@ def two_nodes(sshd, tmp_path: Path) -> tuple[dict[str, str], Path]:
 def test_two_nodes_over_ssh_train_as_one_world_and_keep_one_result(two_nodes) -> None:
     env, inventory = two_nodes
     args = ("launch", "resnet50", "--nodes", "gpu-a,gpu-b", "--gpus", "1", "--preset", "baseline")
-    done = gpuconsole(*args, "--inventory", str(inventory), "--json", *CPU_RUN, env=env)
+    done = gpuconsole(
+        *args, "--inventory", str(inventory), "--json", *CPU_RUN, env=env, timeout=LAUNCH_S
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] and report["engine"] == "torchrun-nodes" and report["host"] == "gpu-a"

@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from slurm_standin import write_standin_slurm
 from sshd import user_env
-from test_launch import CPU_RUN, gpuconsole
+from test_launch import CPU_RUN, LAUNCH_S
 
 from gpuconsole.actions.launch.commands import LaunchSpec, slurm_command
 
@@ -55,9 +56,8 @@ def test_srun_on_a_login_node_trains_on_two_nodes_and_keeps_one_result(
 ) -> None:
     env, inventory = login_node
     args = ("launch", "resnet50", "--host", "login", "--slurm", "2", "--gpus", "1")
-    done = gpuconsole(
-        *args, "--preset", "baseline", "--inventory", str(inventory), "--json", *CPU_RUN, env=env
-    )
+    more = ("--preset", "baseline", "--inventory", str(inventory), "--json", *CPU_RUN)
+    done = gpuconsole(*args, *more, env=env, timeout=LAUNCH_S)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] and report["engine"] == "srun" and report["host"] == "login"
@@ -116,7 +116,9 @@ def test_a_host_without_srun_is_said_not_to_be_a_slurm_login_node(here, tmp_path
         if tool.name not in SLURM_CLIENTS:
             (system / tool.name).symlink_to(tool)
     env = {**env, "PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}:{system}"}
-    done = gpuconsole("launch", "resnet50", "--slurm", "2", "--gpus", "1", env=env)
+    done = gpuconsole(
+        "launch", "resnet50", "--slurm", "2", "--gpus", "1", env=env, timeout=LAUNCH_S
+    )
     assert done.returncode == 2
     assert "failed (no-slurm): this host is not a Slurm login node" in done.stdout
     history = json.loads(gpuconsole("bench", "history", "--json", env=env).stdout)
@@ -126,7 +128,9 @@ def test_a_host_without_srun_is_said_not_to_be_a_slurm_login_node(here, tmp_path
 def test_more_nodes_than_the_cluster_has_is_srun_s_own_error(here) -> None:
     env, bin_dir = here
     write_standin_slurm(bin_dir)
-    done = gpuconsole("launch", "resnet50", "--slurm", "3", "--gpus", "1", env=env)
+    done = gpuconsole(
+        "launch", "resnet50", "--slurm", "3", "--gpus", "1", env=env, timeout=LAUNCH_S
+    )
     assert done.returncode == 2
     assert "Requested node configuration is not available" in done.stdout
 
@@ -134,7 +138,7 @@ def test_more_nodes_than_the_cluster_has_is_srun_s_own_error(here) -> None:
 def test_slurm_without_gpus_per_node_is_refused_before_anything_runs(here) -> None:
     env, bin_dir = here
     log = write_standin_slurm(bin_dir)
-    done = gpuconsole("launch", "resnet50", "--slurm", "2", env=env)
+    done = gpuconsole("launch", "resnet50", "--slurm", "2", env=env, timeout=LAUNCH_S)
     assert done.returncode != 0
     assert "--slurm needs --gpus" in done.stderr
     assert not log.exists()

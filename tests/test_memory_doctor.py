@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from sshd import user_env
 from standin import write_standin_smi
 
@@ -22,15 +22,7 @@ EAGER = ("--preset", "baseline")  # the job as the baseline preset runs it: comp
 COMPILED = (*TINY, "--compile-backend", "aot_eager_decomp_partition")  # the partitioner, no code
 
 
-def gpuconsole(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
+RUN_S = 900  # a doctor's every trial is a recipe run on the CPU
 
 
 @pytest.fixture
@@ -42,7 +34,7 @@ def cpu_host(tmp_path: Path) -> dict[str, str]:
 
 def test_every_fix_is_tried_and_the_cheapest_that_fits_is_chosen(cpu_host) -> None:
     done = gpuconsole("memory", "bert", *EAGER, "--target", "45%", "--steps", "3", "--json",
-                      *TINY, env=cpu_host)  # fmt: skip
+                      *TINY, env=cpu_host, timeout=RUN_S)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["memory_source"].startswith("tensor accounting (no CUDA)")
@@ -99,7 +91,7 @@ def test_a_compiled_job_is_tried_compiled_with_the_compilers_fixes(cpu_host) -> 
     never recommended."""
     sets = "fp32,bf16,bf16+memory-budget/0.3,bf16+compress-fp8"
     done = gpuconsole("memory", "bert", "--fixes", sets, "--target", "90%", "--steps", "2",
-                      "--batch-probes", "0", *COMPILED, env=cpu_host)  # fmt: skip
+                      "--batch-probes", "0", *COMPILED, env=cpu_host, timeout=RUN_S)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[:4]}
     assert [rows[name][1] for name in sets.split(",")] == [
@@ -120,7 +112,8 @@ def test_the_compilers_fixes_on_an_eager_job_are_one_line(cpu_host) -> None:
     """A memory budget and CUDA graphs need the job compiled: refused after the first trial
     shows it eager, not reported as trials that failed and a target nothing met."""
     done = gpuconsole("memory", "bert", *EAGER, "--fixes", "fp32,bf16+cuda-graphs,bf16",
-                      "--steps", "2", "--batch-probes", "0", *TINY, env=cpu_host)  # fmt: skip
+                      "--steps", "2", "--batch-probes", "0", *TINY,
+                      env=cpu_host, timeout=RUN_S)  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.strip() == (
         "gpuconsole: memory bert: --fixes bf16+cuda-graphs: torch.compile's fixes, and bert runs "
@@ -130,7 +123,8 @@ def test_the_compilers_fixes_on_an_eager_job_are_one_line(cpu_host) -> None:
 
 def test_a_target_nothing_meets_says_so(cpu_host) -> None:
     done = gpuconsole("memory", "bert", *EAGER, "--target", "0.001", "--fixes",
-                      "bf16+checkpoint", "--steps", "2", *TINY, env=cpu_host)  # fmt: skip
+                      "bf16+checkpoint", "--steps", "2", *TINY,
+                      env=cpu_host, timeout=RUN_S)  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "nothing tried fits the target" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
@@ -145,7 +139,7 @@ def test_apply_launches_the_recommendation_and_the_audit_log_has_both(
     log = tmp_path / "audit.jsonl"
     env = {**cpu_host, "PATH": f"{bin_dir}:{cpu_host['PATH']}", paths.AUDIT_LOG.variable: str(log)}
     done = gpuconsole("memory", "bert", *EAGER, "--fixes", "bf16+checkpoint", "--target",
-                      "0.03", "--steps", "2", "--apply", *TINY, env=env)  # fmt: skip
+                      "0.03", "--steps", "2", "--apply", *TINY, env=env, timeout=RUN_S)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     trials, launched = entries[:-2], entries[-2:]
@@ -162,7 +156,7 @@ def test_apply_launches_the_recommendation_and_the_audit_log_has_both(
 
 
 def test_bad_memory_arguments_are_one_line(cpu_host) -> None:
-    done = gpuconsole("memory", "bert", "--fixes", "bf16+zero3", *TINY, env=cpu_host)
+    done = gpuconsole("memory", "bert", "--fixes", "bf16+zero3", *TINY, env=cpu_host, timeout=RUN_S)
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "gpuconsole: --fixes 'bf16+zero3': unknown fix 'zero3' (checkpoint, checkpoint/K, "
@@ -170,7 +164,7 @@ def test_bad_memory_arguments_are_one_line(cpu_host) -> None:
         "compress-fp8, expandable, optimizer-in-backward, optimizer-offload, optimizer-8bit, "
         "cuda-graphs, micro-batch/N)"
     )
-    done = gpuconsole("memory", "bert", *TINY, "--batch-size", "4", env=cpu_host)
+    done = gpuconsole("memory", "bert", *TINY, "--batch-size", "4", env=cpu_host, timeout=RUN_S)
     assert done.returncode == 2 and "not after --" in done.stderr
 
 
@@ -181,7 +175,7 @@ def test_the_trials_run_over_ssh_with_the_inventorys_python(sshd, tmp_path: Path
     env = user_env(sshd.home)
     done = gpuconsole("memory", "bert", *EAGER, "--host", "gpu-a", "--inventory",
                       str(inventory), "--fixes", "bf16+checkpoint", "--target", "0.03", "--steps",
-                      "2", "--json", *TINY, env=env)  # fmt: skip
+                      "2", "--json", *TINY, env=env, timeout=RUN_S)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["host"] == "gpu-a" and report["recommended"] == "bf16+checkpoint"

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 
 import gpuconsole.actions.memory.oom as oom
 from gpuconsole.actions.memory.oom import OomParseError, diagnose, parse_oom
@@ -217,15 +217,7 @@ def test_the_consoles_own_reading_names_the_other_processes() -> None:
 
 
 def _oom(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "oom", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "NO_COLOR": "1"},
-        check=False,
-    )
+    return gpuconsole("oom", *args, input=stdin, env={**os.environ, "NO_COLOR": "1"})
 
 
 def test_oom_reads_a_log_file_or_stdin(tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from notices import Notice, notices
 from pilot_wait import until
 
 from gpuconsole.actions.memory.session import DoctorRequest, Schedule
 from gpuconsole.actions.memory.trials import parse_fixes
-from gpuconsole.core import paths
 from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.ui.screens.memory import MemoryScreen
 from gpuconsole.ui.screens.run import RunScreen
@@ -25,10 +25,8 @@ RUN_S = 240.0  # a recipe run on a loaded 2-core CI machine
 
 
 async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(
-    make_app, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_app, audit_log: Path
 ) -> None:
-    log = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(log))
     request = DoctorRequest(
         "bert",
         target_gib=0.03,
@@ -63,7 +61,7 @@ async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(
         await until(pilot, lambda: run.outcome != "", timeout=RUN_S)
         assert run.result is not None and run.result.ok, run.outcome
     # each trial wrote the recipe and ran it; then the launch did
-    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    entries = [json.loads(line) for line in audit_log.read_text().splitlines()]
     trial = [("memory-trial", "install"), ("memory-trial", "run")]
     launched = [("launch", "install"), ("launch", "run")]
     assert [(e["action"], e["step"]) for e in entries] == trial * len(report.trials) + launched
@@ -74,10 +72,12 @@ async def test_the_trials_fill_the_table_and_a_applies_the_recommendation(
 
 async def test_a_simulated_host_has_no_memory_trials(make_app) -> None:
     app = make_app()
-    async with app.run_test(size=(140, 40)) as pilot:
+    async with app.run_test(size=(140, 40), notifications=True) as pilot:
         await pilot.press("enter")  # the first host of the demo rack
         await pilot.pause()
         await pilot.press("m")
         await pilot.pause()
         assert not isinstance(app.screen, MemoryScreen)
-        assert any("cannot run the memory trials" in n.message for n in app._notifications)
+        shown = await notices(pilot)
+        said = Notice("a simulated host cannot run the memory trials", "warning")
+        assert said in shown, shown

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from cli_runner import GPUCONSOLE, gpuconsole
 
 from gpuconsole.core.model import PCIE_LINK_RANK, nvlink_count
 from gpuconsole.telemetry.nvml import NvmlSource, nvml_unavailable_reason
@@ -162,19 +163,14 @@ def test_a_hostile_cuda_job_reaches_no_terminal(tmp_path) -> None:  # type: igno
             pytest.skip(f"torch cannot use CUDA here ({status or 'no answer'})")
         env = {**os.environ, "LANG": "C.UTF-8", "TERM": "xterm-256color"}
         env.update({v: str(tmp_path / v.lower()) for v in ("XDG_STATE_HOME", "XDG_DATA_HOME")})
-        command = [sys.executable, "-m", "gpuconsole"]
-        text = subprocess.run([*command, "snapshot"], capture_output=True, text=True, env=env)
+        text = gpuconsole("snapshot", env=env)
         assert plain_output_faults(text.stdout + text.stderr) == []
         (line,) = [line for line in text.stdout.splitlines() if f"pid {job.pid} " in line]
         assert "␛]52;c;" in line and "forged line" in line
-        data = json.loads(
-            subprocess.run(
-                [*command, "snapshot", "--json"], capture_output=True, text=True, env=env
-            ).stdout
-        )
+        data = json.loads(gpuconsole("snapshot", "--json", env=env).stdout)
         assert unsafe_texts(data) == [] and data["bad_values"] == 0
         keys = [(6.0, b"\r"), (8.0, b"\t"), (10.0, b"q")]
-        output, _ = run_in_pty(command, env, keys, size=(300, 40))
+        output, _ = run_in_pty(list(GPUCONSOLE), env, keys, size=(300, 40))
         assert foreign_sequences(output) == []
         assert "hostile-job ␛]52;c;SE9TVElMRQ==␛\\".encode() in output  # shown, as text
     finally:

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from standin import write_standin_smi
 
 from gpuconsole.cli import global_options
 from gpuconsole.cli.main import EXIT_OUTPUT, build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
-GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 0 has a total "
@@ -88,15 +86,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     for variable in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
         env[variable] = str(root / variable.lower())
     recording = root / "rec.sqlite"
-    done = subprocess.run(
-        [*GPUCONSOLE, "record", "--demo", "--duration", "1s", "--record", str(recording)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = gpuconsole("record", "--demo", "--duration", "1s", "--record", str(recording), env=env)
     assert done.returncode == 0, done.stderr
     return {
         "oom": str(root / "oom.log"),
@@ -106,22 +96,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
-def gpuconsole(
+def run_in(
     command: str, world: dict[str, str], stdout: int, preexec: Callable[[], None] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """``command``'s run (`RUNS`) in ``world``, its standard output ``stdout``."""
     words = [word.format(**world) for word in RUNS[command]]
-    return subprocess.run(
-        [*GPUCONSOLE, *words],
-        cwd=ROOT,
-        env=world["env"],  # type: ignore[arg-type]
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=120,
-        check=False,
-        preexec_fn=preexec,
-    )
+    env = world["env"]
+    return gpuconsole(*words, env=env, stdout=stdout, preexec_fn=preexec)  # type: ignore[arg-type]
 
 
 def one_line(stderr: str) -> str:
@@ -134,7 +115,7 @@ def one_line(stderr: str) -> str:
 @pytest.mark.parametrize("command", sorted(RUNS))
 def test_a_full_disk_is_one_line(command: str, world: dict[str, str]) -> None:
     with open("/dev/full", "w") as full:
-        done = gpuconsole(command, world, full.fileno())
+        done = run_in(command, world, full.fileno())
     assert done.returncode == EXIT_OUTPUT, done.stderr
     assert one_line(done.stderr) == (
         "gpuconsole: cannot write standard output: No space left on device; "
@@ -148,7 +129,7 @@ def close_stdout() -> None:
 
 @pytest.mark.parametrize("command", sorted(RUNS))
 def test_a_closed_stdout_is_one_line(command: str, world: dict[str, str]) -> None:
-    done = gpuconsole(command, world, subprocess.DEVNULL, preexec=close_stdout)
+    done = run_in(command, world, subprocess.DEVNULL, preexec=close_stdout)
     assert done.returncode == EXIT_OUTPUT, done.stderr
     assert one_line(done.stderr) == (
         "gpuconsole: cannot write standard output: it is closed; the output is incomplete"
@@ -160,7 +141,7 @@ def test_a_reader_that_has_gone_is_still_no_error(world: dict[str, str]) -> None
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        done = gpuconsole("grafana export", world, write_end)
+        done = run_in("grafana export", world, write_end)
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (0, "")
@@ -173,15 +154,11 @@ def close_stderr() -> None:
 def test_a_closed_stderr_is_news_nobody_wants(world: dict[str, str], tmp_path: Path) -> None:
     """`gpuconsole record … 2>&-`: the recorder's news goes nowhere, and it records."""
     recording = tmp_path / "rec.sqlite"
-    done = subprocess.run(
-        [*GPUCONSOLE, "record", "--demo", "--duration", "1s", "--record", str(recording)],
-        cwd=ROOT,
+    done = gpuconsole(
+        *("record", "--demo", "--duration", "1s", "--record", str(recording)),
         env=world["env"],  # type: ignore[arg-type]
-        stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        timeout=120,
-        check=False,
         preexec_fn=close_stderr,
     )
     assert done.returncode == 0

@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from notices import Notice, notices
 from pilot_wait import until
 from rich.cells import cell_len
 from slurm import Slurm
@@ -221,15 +222,16 @@ async def test_the_wide_fleet_names_the_jobs_on_each_host_and_gpu(make_app) -> N
 
 async def test_a_simulated_host_is_not_drained(make_app) -> None:
     app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await open_host(app, pilot, DRAINED)
         for key in ("D", "U"):
             await pilot.press(key)
             await pilot.pause()
             assert isinstance(app.screen, HostScreen)
-        notices = [n.message for n in app._notifications]
-        assert "nothing to drain: a simulated host has no scheduler to take it out of" in notices
-        assert "nothing to resume: a simulated host has no scheduler to take it out of" in notices
+        shown = await notices(pilot)
+        for change in ("drain", "resume"):
+            said = f"nothing to {change}: a simulated host has no scheduler to take it out of"
+            assert Notice(said, "warning") in shown, shown
 
 
 class ReachableRack:

@@ -18,12 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 
 from gpuconsole.cli.main import main
 from gpuconsole.hosts.check import MAX_CHECKED_HOSTS
 
-ROOT = Path(__file__).resolve().parent.parent
-GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 1, 2
 
@@ -39,17 +38,9 @@ def as_a_user() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
-def gpuconsole(*args: str, user: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*GPUCONSOLE, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        stdin=subprocess.DEVNULL,
-        check=False,
-        preexec_fn=as_a_user if user else None,
-    )
+def as_user(*args: str) -> subprocess.CompletedProcess[str]:
+    """`gpuconsole ARGS` run by a user whom file modes stop (`as_a_user`)."""
+    return gpuconsole(*args, timeout=180, preexec_fn=as_a_user)
 
 
 def one_line(stderr: str) -> str:
@@ -62,14 +53,7 @@ def one_line(stderr: str) -> str:
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("recording") / "rec.sqlite"
-    done = subprocess.run(
-        [*GPUCONSOLE, "record", "--demo", "--duration", "1s", "--record", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = gpuconsole("record", "--demo", "--duration", "1s", "--record", str(path))
     assert done.returncode == 0, done.stderr
     return path
 
@@ -103,27 +87,27 @@ def locked(tmp_path: Path, recording: Path, stopped: None) -> Iterator[Path]:
 
 def test_replay_in_a_folder_that_cannot_be_entered(locked: Path) -> None:
     path = locked / "rec.sqlite"
-    done = gpuconsole("replay", str(path), "--list")
+    done = as_user("replay", str(path), "--list")
     assert done.returncode == 3
     assert one_line(done.stderr) == f"gpuconsole: {path}: cannot read: Permission denied"
 
 
 def test_bundle_record_in_a_folder_that_cannot_be_entered(locked: Path) -> None:
     path = locked / "rec.sqlite"
-    done = gpuconsole("bundle", "h100-01", "--record", str(path))
+    done = as_user("bundle", "h100-01", "--record", str(path))
     assert done.returncode == 3
     assert one_line(done.stderr) == f"gpuconsole: {path}: cannot read: Permission denied"
 
 
 def test_bundle_output_in_a_folder_that_cannot_be_entered(locked: Path) -> None:
     path = locked / "out.tar.gz"
-    done = gpuconsole("bundle", "--demo", "h100-01", "-o", str(path))
+    done = as_user("bundle", "--demo", "h100-01", "-o", str(path))
     assert done.returncode == 3
     assert one_line(done.stderr) == f"gpuconsole: {path}: Permission denied"
 
 
 def test_bundle_output_folder_that_cannot_be_entered(locked: Path) -> None:
-    done = gpuconsole("bundle", "--demo", "h100-01", "-o", str(locked))
+    done = as_user("bundle", "--demo", "h100-01", "-o", str(locked))
     assert done.returncode == 3
     line = one_line(done.stderr)
     assert line.startswith(f"gpuconsole: {locked}/gpuconsole-bundle-h100-01-"), line
@@ -141,7 +125,7 @@ def test_a_recording_that_cannot_be_read_is_said_to_be_one(
     words = [word.format(path=path) for word in command]
     if command[0] == "bundle":
         words += ["--record", str(path)]
-    done = gpuconsole(*words)
+    done = as_user(*words)
     assert done.returncode == 3
     assert one_line(done.stderr) == f"gpuconsole: {path}: cannot read: Permission denied"
 
@@ -155,7 +139,7 @@ def test_hosts_check_refuses_200000_hosts_in_one_line(tmp_path: Path) -> None:
         file.write("[defaults]\nport = 1\nconnect_timeout = 2\n")
         for i in range(200_000):
             file.write(f'[hosts.gpu{i:06d}]\naddress = "127.0.0.1"\n')
-    done = gpuconsole("hosts", "check", "--inventory", str(inventory), user=False)
+    done = gpuconsole("hosts", "check", "--inventory", str(inventory), timeout=180)
     assert done.returncode == 2
     assert done.stdout == ""
     assert one_line(done.stderr) == (

@@ -11,7 +11,6 @@ import pytest
 from static_source import StaticSource
 
 from gpuconsole.actions.processes import LocalSignals, describe, signal_process
-from gpuconsole.core import paths
 from gpuconsole.core.model import GpuProcess, GpuState, HostSnapshot
 from gpuconsole.telemetry.agent import process_details
 from gpuconsole.ui.app import GpuConsoleApp
@@ -29,13 +28,6 @@ def sleeper():
     yield process
     process.kill()
     process.wait()
-
-
-@pytest.fixture
-def audit_log(tmp_path, monkeypatch: pytest.MonkeyPatch):
-    path = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(path))
-    return path
 
 
 def gpu_process(pid: int, command: str) -> GpuProcess:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import socket
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole, start_gpuconsole
 from conftest import NOW
 from hostile import CLIPBOARD, TITLE, UNSAFE
 from hypothesis import given, settings
@@ -64,7 +64,6 @@ needs_promtool = pytest.mark.skipif(not promtool_available(), reason="promtool i
 needs_prometheus = pytest.mark.skipif(
     not prometheus_available(), reason="prometheus is not installed"
 )
-GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 CAMEL_CASE_LINT = "label names should be written in 'snake_case' not 'camelCase'"
 """dcgm-exporter's own `modelName` label trips this lint; it is kept so dashboards work."""
 
@@ -334,13 +333,7 @@ def test_the_lint_check_can_fail() -> None:
 
 def test_cli_exporter_demo_serves_until_terminated(tmp_path) -> None:
     port = free_port()
-    process = subprocess.Popen(
-        [*GPUCONSOLE, "exporter", "--demo", "--address", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    process = start_gpuconsole("exporter", "--demo", "--address", "127.0.0.1", "--port", str(port))
     try:
         deadline = time.monotonic() + 60
         text = ""
@@ -371,12 +364,7 @@ def test_cli_exporter_port_in_use_is_one_line() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [*GPUCONSOLE, "exporter", "--demo", "--address", "127.0.0.1", "--port", str(port)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = gpuconsole("exporter", "--demo", "--address", "127.0.0.1", "--port", str(port))
     assert result.returncode == 3
     assert result.stderr.strip() == (
         f"gpuconsole: cannot listen on 127.0.0.1:{port}: Address already in use"
@@ -703,12 +691,8 @@ def test_the_exporter_listens_on_loopback_unless_told_otherwise() -> None:
 
 def serve_until_listening(*options: str) -> tuple[subprocess.Popen[str], str]:
     """`gpuconsole exporter --demo --port 0 OPTIONS`, and the line that says where it serves."""
-    process = subprocess.Popen(
-        [*GPUCONSOLE, "exporter", "--demo", "--port", "0", *options],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    process = start_gpuconsole(
+        "exporter", "--demo", "--port", "0", *options, stdout=subprocess.DEVNULL
     )
     assert process.stderr is not None
     watchdog = threading.Timer(60, process.kill)  # a bound, should it never say a word
@@ -763,12 +747,7 @@ def test_cli_exporter_on_ipv6_loopback(address: str) -> None:
 
 
 def test_cli_exporter_bad_address_is_one_line() -> None:
-    result = subprocess.run(
-        [*GPUCONSOLE, "exporter", "--demo", "--address", "no.such.host.invalid", "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = gpuconsole("exporter", "--demo", "--address", "no.such.host.invalid", "--port", "0")
     assert result.returncode == 3
     assert result.stderr.startswith("gpuconsole: cannot listen on no.such.host.invalid:0: ")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from promserver import promtool, promtool_available
 
 from gpuconsole.prom.grafana import UID, dashboard, dashboard_json, panels
@@ -114,20 +115,10 @@ def test_every_panel_query_is_valid_promql(tmp_path: Path, dialect: str) -> None
 
 def test_cli_grafana_export(tmp_path: Path) -> None:
     out = tmp_path / "dashboard.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "grafana", "export", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = gpuconsole("grafana", "export", "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text()) == dashboard(DIALECTS["4.9"])  # dcgm-exporter 4.9 by default
-    both = subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "grafana", "export", "--dcgm-exporter", "both"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    both = gpuconsole("grafana", "export", "--dcgm-exporter", "both")
     assert both.returncode == 0, both.stderr
     assert json.loads(both.stdout) == dashboard(DIALECTS["both"])
     unwritable = subprocess.run(

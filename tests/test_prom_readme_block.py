@@ -12,7 +12,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import GPUCONSOLE
 from promserver import Prometheus, prometheus_available
 
 pytestmark = pytest.mark.skipif(
@@ -29,7 +29,6 @@ pytestmark = pytest.mark.skipif(
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SECTION = "### Prometheus and Grafana"
-GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 HOT = ("a100-01", "2")
 """The demo's thermal-throttle GPU, at 92 °C; no other GPU of the demo reaches 85 °C."""
 LOST = ("h100-01", "3")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from promserver import promtool, promtool_available
@@ -394,38 +394,30 @@ def test_user_rules_export_and_pass_promtool(tmp_path: Path) -> None:
     assert 'for: "1h30m"' in text
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-
-
 def test_cli_rules_export_writes_the_file(tmp_path: Path) -> None:
     out = tmp_path / "gpu.rules.yml"
-    result = run_cli("rules", "export", "-o", str(out))
+    result = gpuconsole("rules", "export", "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert out.read_text() == rules_yaml(DEFAULT_RULES, CURRENT)  # dcgm-exporter 4.9 by default
-    stdout = run_cli("rules", "export", "--host-label", "hostname")
+    stdout = gpuconsole("rules", "export", "--host-label", "hostname")
     assert stdout.returncode == 0
     assert "avg by (hostname)" in stdout.stdout
     for generation, dialect in (("classic", dcgm.Dialect.of("classic")), ("both", BOTH)):
-        chosen = run_cli("rules", "export", "--dcgm-exporter", generation)
+        chosen = gpuconsole("rules", "export", "--dcgm-exporter", generation)
         assert chosen.returncode == 0, chosen.stderr
         assert chosen.stdout == rules_yaml(DEFAULT_RULES, dialect)
-    classic = run_cli("rules", "export", "--dcgm-exporter", "classic", "--host-label", "Hostname")
+    classic = gpuconsole(
+        "rules", "export", "--dcgm-exporter", "classic", "--host-label", "Hostname"
+    )
     assert classic.stdout == rules_yaml(DEFAULT_RULES, CLASSIC)
-    wrong = run_cli("rules", "export", "--dcgm-exporter", "4.8")
+    wrong = gpuconsole("rules", "export", "--dcgm-exporter", "4.8")
     assert wrong.returncode == 2 and "invalid choice: '4.8'" in wrong.stderr
 
 
 def test_cli_rules_export_bad_rule_is_one_line(tmp_path: Path) -> None:
     alerts = tmp_path / "alerts.toml"
     alerts.write_text('[[rule]]\nname = "gpu-hot"\nexpr = "temp > 85"\nseverity = "info"\n')
-    result = run_cli("rules", "export", "--alerts", str(alerts))
+    result = gpuconsole("rules", "export", "--alerts", str(alerts))
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.startswith(f"gpuconsole: {alerts}: rule 'gpu-hot': expr: unknown reading")

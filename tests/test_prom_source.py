@@ -4,8 +4,6 @@ exported rules alert where the console's engine does."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from conftest import EPOCH, NOW
 from promserver import Prometheus, free_port, prometheus_available
 
@@ -382,12 +381,7 @@ def test_prometheus_going_away_names_the_host(fleet: Fleet, tmp_path: Path) -> N
 
 def test_cli_prometheus_unreachable_is_one_line() -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    result = subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "--prometheus", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = gpuconsole("--prometheus", url)
     assert result.returncode == 3
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1

@@ -224,13 +224,6 @@ def test_a_reading_the_writer_cannot_encode_stops_recording_with_a_reason(tmp_pa
     assert recorder.error.startswith(f"{path}: recording stopped: TypeError: ")
 
 
-@pytest.fixture
-def audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    log = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(log))
-    return log
-
-
 def test_a_fault_switched_on_mid_run_is_found_at_its_time(
     tmp_path: Path, rack: SimRack, audit_log: Path
 ) -> None:

@@ -7,9 +7,9 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
+from cli_runner import gpuconsole
 from test_repair_execute import calls, write_tools
 
 # The tools that change a host. The read-only ones the diagnosis asks (dkms, mokutil,
@@ -21,15 +21,7 @@ def repair(*args: str, path: str | None = None) -> subprocess.CompletedProcess[s
     env = dict(os.environ)
     if path is not None:
         env["PATH"] = path
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "repair", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-        check=False,
-    )
+    return gpuconsole("repair", *args, env=env)
 
 
 def test_a_dry_run_diagnoses_plans_and_runs_nothing(tmp_path: Path) -> None:

@@ -322,11 +322,19 @@ def test_an_unknown_value_gives_no_steps_and_says_so() -> None:
 
 
 def test_every_command_round_trips_through_shlex() -> None:
-    for distro in DISTROS:
-        for found in all_plans(distro, facts_for(distro)):
-            for step in found.steps:
-                words = shlex.split(step.command)
-                assert shlex.join(words) == step.command or words, step.command
+    """Each step's command is the shell-quoted join of its words, exactly: split and joined
+    again, it is the same line (and no step is an empty line)."""
+    commands = [
+        step.command
+        for distro in DISTROS
+        for found in all_plans(distro, facts_for(distro))
+        for step in found.steps
+    ]
+    assert commands
+    for command in commands:
+        words = shlex.split(command)
+        assert words, command
+        assert shlex.join(words) == command
 
 
 def test_every_sh_script_parses(tmp_path: Path) -> None:

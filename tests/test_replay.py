@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from conftest import EPOCH
+from notices import Notice, notices
 from test_record import START, record_incident
 
 from gpuconsole.cli.main import main
-from gpuconsole.core import paths
 from gpuconsole.core.model import HostState
 from gpuconsole.fleet.record.reader import Recording
 from gpuconsole.fleet.record.replay import ReplaySource
@@ -32,10 +31,9 @@ FAULT_AT = 30
 
 
 @pytest.fixture
-def recorded(tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, float]:
+def recorded(tmp_path: Path, rack: SimRack, audit_log: Path) -> tuple[Path, float]:
     """60 s of the demo rack with XID 79 on l40s-01's GPU 1 from second 30; a100-02 stops
-    answering from second 40."""
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
+    answering from second 40. The recorder copies the test's own audit log."""
     rack.set_fault("a100-02", "host-unresponsive", since=START + 40)
     path = tmp_path / "incident.sqlite"
     fault_time, _ = record_incident(path, rack, seconds=60, fault_at=FAULT_AT)
@@ -241,21 +239,8 @@ def test_replay_of_a_file_that_is_not_a_recording(
 
 # --- --at: a moment the recording holds, or a refusal naming what it holds ----------------------
 
-GPUCONSOLE = (sys.executable, "-m", "gpuconsole")
 HOLDS = "2026-01-01 00:10:00 to 00:10:59 UTC"
 """What the `recorded` fixture holds."""
-
-
-def gpuconsole(*words: str) -> subprocess.CompletedProcess[str]:
-    """gpuconsole as a user runs it, with no terminal (a TUI that opened would fail)."""
-    return subprocess.run(
-        [*GPUCONSOLE, *words],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(
@@ -332,13 +317,13 @@ async def test_go_to_a_time_the_recording_does_not_hold_says_what_it_holds(
     recording = Recording(path)
     app = ReplayApp(recording, at=START + 20)
     try:
-        async with app.run_test(size=(140, 40)) as pilot:
+        async with app.run_test(size=(140, 40), notifications=True) as pilot:
             await settle(app, pilot)
             await pilot.press("g", *"07:00", "enter")
             await settle(app, pilot)
             assert app.replay.cursor == START + 20  # not moved to the end, nor anywhere
-            notices = [n.message for n in app._notifications]
-            assert f"07:00: not in {path.name}, which holds {HOLDS}" in notices
+            said = Notice(f"07:00: not in {path.name}, which holds {HOLDS}", "error")
+            assert said in await notices(pilot)
             await pilot.press("g", *"00:10:40", "enter")
             await settle(app, pilot)
             assert app.replay.cursor == START + 40

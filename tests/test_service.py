@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from hostile import UNSAFE
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,16 +29,9 @@ from gpuconsole.actions.service import (
 )
 
 
-def gpuconsole(slurm: Slurm, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", *args],
-        env=slurm.env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
-        timeout=120,
-    )
+def on_slurm(slurm: Slurm, *args: str) -> subprocess.CompletedProcess[str]:
+    """`gpuconsole ARGS` where the test's Slurm cluster answers."""
+    return gpuconsole(*args, env=slurm.env)
 
 
 def reasons(slurm: Slurm) -> list[str]:
@@ -54,14 +47,14 @@ def audit_entries() -> list[dict[str, object]]:
 
 def test_drain_takes_the_node_out_and_resume_brings_it_back(slurm: Slurm) -> None:
     reason = "GPU 3 uncorrectable ECC; ticket OPS-1234 (o'neil)"
-    drained = gpuconsole(slurm, "drain", "localhost", "--reason", reason, "--yes")
+    drained = on_slurm(slurm, "drain", "localhost", "--reason", reason, "--yes")
     assert drained.returncode == 0, drained.stderr
     command = f"scontrol update nodename={slurm.node} state=drain reason="
     assert f"(slurm node {slurm.node}): $ {command}" in drained.stdout
     assert f"{slurm.node} is now drained, reason: {reason}" in drained.stdout
     assert slurm.state() == "drained"
     assert reasons(slurm) == [reason]
-    resumed = gpuconsole(slurm, "resume", "localhost", "--yes", "--json")
+    resumed = on_slurm(slurm, "resume", "localhost", "--yes", "--json")
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout)
     assert (result["ok"], result["plan"]["scheduler"]) == (True, SLURM)
@@ -99,7 +92,7 @@ def test_drain_and_resume_over_ssh(slurm: Slurm, tmp_path: Path) -> None:
 
 def test_a_node_with_a_running_job_drains_and_the_job_goes_on(slurm: Slurm) -> None:
     job = slurm.submit("llama-ft", "sleep 120")
-    result = gpuconsole(slurm, "drain", "localhost", "--reason", "fan failure", "--yes")
+    result = on_slurm(slurm, "drain", "localhost", "--reason", "fan failure", "--yes")
     assert result.returncode == 0, result.stderr
     assert "is now draining, reason: fan failure" in result.stdout
     assert slurm.run("squeue", "-h", "-j", str(job), "-o", "%T").stdout.strip() == "RUNNING"
@@ -107,7 +100,7 @@ def test_a_node_with_a_running_job_drains_and_the_job_goes_on(slurm: Slurm) -> N
 
 
 def test_nothing_runs_without_a_yes_when_there_is_no_terminal(slurm: Slurm) -> None:
-    result = gpuconsole(slurm, "drain", "localhost", "--reason", "fan failure")
+    result = on_slurm(slurm, "drain", "localhost", "--reason", "fan failure")
     assert result.returncode == 1
     assert "not run: no terminal to ask; pass --yes" in result.stderr
     assert slurm.state().rstrip("*") == "idle" and audit_entries() == []
@@ -122,7 +115,7 @@ def test_nothing_runs_without_a_yes_when_there_is_no_terminal(slurm: Slurm) -> N
     ],
 )
 def test_a_bad_reason_is_refused_before_anything_runs(slurm: Slurm, reason: str, said: str) -> None:
-    result = gpuconsole(slurm, "drain", "localhost", "--reason", reason, "--yes")
+    result = on_slurm(slurm, "drain", "localhost", "--reason", reason, "--yes")
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith("gpuconsole: --reason: ") and said in line
@@ -131,7 +124,7 @@ def test_a_bad_reason_is_refused_before_anything_runs(slurm: Slurm, reason: str,
 
 def test_an_unknown_node_is_scontrols_error_and_logged(slurm: Slurm) -> None:
     args = ("drain", "localhost", "--node", "nosuchnode", "--reason", "x", "--yes")
-    result = gpuconsole(slurm, *args)
+    result = on_slurm(slurm, *args)
     assert result.returncode == 2
     assert "scontrol update nodename=nosuchnode" in result.stdout
     assert [e["exit_code"] for e in audit_entries()] != [0]

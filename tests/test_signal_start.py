@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 from sshd import Sshd, wait_for
 
 from gpuconsole.actions.processes import LocalSignals, signal_process
-from gpuconsole.core import paths
 from gpuconsole.core.model import GpuProcess
 from gpuconsole.hosts.inventory import HostDefaults
 from gpuconsole.hosts.source import SshSource
@@ -41,13 +40,6 @@ needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not os.access(NS_LAST_PID, os.W_OK),
     reason="reusing a pid on purpose needs root (ns_last_pid)",
 )
-
-
-@pytest.fixture
-def audit_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "audit.jsonl"
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(path))
-    return path
 
 
 @pytest.fixture

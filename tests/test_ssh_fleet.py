@@ -21,7 +21,6 @@ import pytest
 from sshd import Sshd, free_port, keygen, sshd_available, wait_for
 
 from gpuconsole.actions.processes import signal_process
-from gpuconsole.core import paths
 from gpuconsole.core.model import GpuProcess, HostState
 from gpuconsole.fleet.poller import collect, ingest
 from gpuconsole.fleet.store import FleetStore
@@ -295,12 +294,6 @@ def test_a_remote_process_is_signalled_through_its_agent(sshd: Sshd, audit_log: 
     records = [json.loads(line) for line in audit_log.read_text().splitlines()]
     assert [r["sent"] for r in records] == [False, True]
     assert all(r["host"] == "gpu-test" for r in records)
-
-
-@pytest.fixture
-def audit_log(tmp_path: Path) -> Path:
-
-    return paths.AUDIT_LOG.path()
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import termios
 import threading
 import time
@@ -31,6 +30,7 @@ from types import SimpleNamespace
 
 import pyte
 import pytest
+from cli_runner import GPUCONSOLE
 from pyte.screens import Char
 from rich.cells import cell_len
 from textual import events
@@ -607,7 +607,7 @@ def _record_console(tmp: Path) -> Recording:
     env.pop("NO_COLOR", None)
     env.pop(PLAIN_OUTPUT_ENV, None)
     child = subprocess.Popen(
-        [sys.executable, "-m", "gpuconsole", "--demo"],
+        [*GPUCONSOLE, "--demo"],
         stdin=slave,
         stdout=slave,
         stderr=slave,

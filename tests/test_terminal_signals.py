@@ -23,11 +23,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cli_runner import GPUCONSOLE, gpuconsole
 
 from gpuconsole.ui.terminal import PLAIN_OUTPUT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
-CONSOLE = [sys.executable, "-m", "gpuconsole", "--demo"]
+CONSOLE = [*GPUCONSOLE, "--demo"]
 XDG_DIRS = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
 PROMPT_S = 15.0
 """Time enough to import gpuconsole and refuse; far less than the console runs when it starts."""
@@ -196,23 +197,17 @@ def test_replay_without_a_terminal_refuses_and_points_to_its_list(tmp_path: Path
     """`gpuconsole replay FILE > out.txt < /dev/null` wrote xterm sequences and never exited."""
     recording = tmp_path / "r.sqlite"
     env = environment(tmp_path)
-    record = [sys.executable, "-m", "gpuconsole", "record", "--demo", "--duration", "2s"]
-    done = subprocess.run(
-        [*record, "--record", str(recording)], env=env, cwd=ROOT, capture_output=True, timeout=60
-    )
+    record = ("record", "--demo", "--duration", "2s", "--record", str(recording))
+    done = gpuconsole(*record, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    replay = [sys.executable, "-m", "gpuconsole", "replay", str(recording)]
     try:
-        done = subprocess.run(
-            replay, stdin=subprocess.DEVNULL, env=env, cwd=ROOT, capture_output=True,
-            timeout=PROMPT_S,
-        )  # fmt: skip
+        done = gpuconsole("replay", str(recording), env=env, timeout=PROMPT_S)
     except subprocess.TimeoutExpired:
         pytest.fail("replay without a terminal ran on instead of refusing")
-    lines = done.stderr.decode().strip().splitlines()
+    lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "not a terminal" in lines[0] and "--list" in lines[0]
-    assert b"\x1b" not in done.stdout + done.stderr
+    assert "\x1b" not in done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("without", ["input", "output", "error"])
@@ -244,7 +239,7 @@ def test_term_dumb_refuses_in_one_line_and_the_subcommands_run(
     assert "TERM=dumb" in console.output.decode()
     assert b"\x1b" not in console.output
     snapshot = in_pty(
-        [sys.executable, "-m", "gpuconsole", "snapshot", "--demo", "--json"],
+        [*GPUCONSOLE, "snapshot", "--demo", "--json"],
         environment(tmp_path, TERM="dumb"),
     )
     assert snapshot.finish(60) in (0, 1, 2), bytes(snapshot.output)
