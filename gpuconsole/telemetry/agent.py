@@ -17,7 +17,7 @@ import argparse
 import contextlib
 import csv
 import ctypes
-import http.client
+import functools
 import json
 import math
 import os
@@ -737,23 +737,30 @@ class _DeadlineSocket(socket.socket):
         return super().recv_into(buffer, nbytes, flags)
 
 
-class _DockerConnection(http.client.HTTPConnection):
-    """HTTP over a unix socket, the whole exchange within ``timeout``."""
+@functools.lru_cache(maxsize=None)  # noqa: UP033 (the agent keeps to Python 3.8)
+def _docker_connection() -> type:
+    """HTTP over a unix socket, the whole exchange within ``timeout``. Built on first use:
+    http.client (and ssl with it) is the agent's largest import, and only Docker's socket needs
+    it."""
+    import http.client
 
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+    class DockerConnection(http.client.HTTPConnection):
+        def __init__(self, path: str, timeout: float) -> None:
+            super().__init__("localhost", timeout=timeout)
+            self._path = path
 
-    def connect(self) -> None:
-        sock = _DeadlineSocket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.deadline = time.monotonic() + float(self.timeout)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+        def connect(self) -> None:
+            sock = _DeadlineSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.deadline = time.monotonic() + float(self.timeout)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(self._path)
+            except OSError:
+                sock.close()
+                raise
+            self.sock = sock
+
+    return DockerConnection
 
 
 def docker_name(path: str, container_id: str, timeout: float = DOCKER_TIMEOUT_S) -> str | None:
@@ -764,7 +771,7 @@ def docker_name(path: str, container_id: str, timeout: float = DOCKER_TIMEOUT_S)
 
     The path has no API version: Docker then answers in its own (a pinned one is refused by
     engines older or, since Docker 29, much newer than it), and every version has ``Name``."""
-    connection = _DockerConnection(path, timeout)
+    connection = _docker_connection()(path, timeout)
     try:
         connection.request("GET", f"/containers/{container_id}/json")
         response = connection.getresponse()
@@ -804,6 +811,8 @@ class DockerNames(Asker):
         return os.path.exists(self._path)
 
     def _answers(self, keys: list) -> dict | None:
+        import http.client
+
         try:
             return {key: docker_name(self._path, key, self._timeout) for key in keys}
         except (OSError, http.client.HTTPException):
