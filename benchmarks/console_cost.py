@@ -114,6 +114,8 @@ class Measurement:
     cpu_percent: float | None = None
     exit_code: int | None = None
     tail: bytes = field(default=b"", repr=False)
+    screen: str = ""
+    """What the terminal showed at the end of the measurement."""
 
 
 class _Shown:
@@ -137,8 +139,9 @@ class _Shown:
         return "\n".join(self._screen.display)
 
 
-def run_case(case: Case, warmup: float, seconds: float) -> Measurement:
-    """Run one case to the end of its measurement and stop it."""
+def run_case(case: Case, warmup: float, seconds: float, load_wait: float = 30.0) -> Measurement:
+    """Run one case to the end of its measurement and stop it; its keys are sent once its
+    readings are shown, or after ``load_wait`` seconds."""
     master, slave = pty.openpty()
     columns, rows = case.size
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
@@ -174,8 +177,9 @@ def run_case(case: Case, warmup: float, seconds: float) -> Measurement:
             measurement.bytes_total += len(chunk)
             if measurement.measuring:
                 measurement.bytes_measured += len(chunk)
+            text = shown.feed(chunk)
+            measurement.screen = text
             if measurement.loaded_s is None:
-                text = shown.feed(chunk)
                 now = time.perf_counter() - measurement.started
                 if measurement.first_frame_s is None and case.ready in text:
                     measurement.first_frame_s = now
@@ -186,9 +190,12 @@ def run_case(case: Case, warmup: float, seconds: float) -> Measurement:
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        deadline = time.perf_counter() + 30.0
-        while measurement.loaded_s is None and time.perf_counter() < deadline:
-            if child.poll() is not None:
+        give_up = time.perf_counter() + 30.0
+        deadline = time.perf_counter() + load_wait
+        while child.poll() is None and time.perf_counter() < give_up:
+            if measurement.first_frame_s is not None and (
+                measurement.loaded_s is not None or time.perf_counter() >= deadline
+            ):
                 break
             time.sleep(0.05)
         for key in case.keys:
@@ -223,9 +230,10 @@ def run_case(case: Case, warmup: float, seconds: float) -> Measurement:
     return measurement
 
 
-def result_dict(m: Measurement) -> dict[str, Any]:
+def result_dict(m: Measurement, show_screen: bool = False) -> dict[str, Any]:
     ok = m.cpu_percent is not None
-    return {
+    screen = {"screen": [line.rstrip() for line in m.screen.splitlines()]} if show_screen else {}
+    return screen | {
         "case": m.case.name,
         "size": f"{m.case.size[0]}x{m.case.size[1]}",
         "cpu_percent": round(m.cpu_percent, 2) if ok else None,
@@ -249,6 +257,15 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--cases", help="comma-separated case names (default: all that can run)")
     parser.add_argument("--serial", action="store_true", help="one case at a time")
+    parser.add_argument(
+        "--load-wait",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the readings after the first frame before the keys are sent",
+    )
+    parser.add_argument(
+        "--show-screen", action="store_true", help="each case's last screen in the JSON line"
+    )
     args = parser.parse_args()
     chosen = cases()
     if args.cases:
@@ -265,13 +282,13 @@ def main() -> int:
         runnable.append(case)
     results: list[Measurement] = []
     if args.serial:
-        results = [run_case(c, args.warmup, args.seconds) for c in runnable]
+        results = [run_case(c, args.warmup, args.seconds, args.load_wait) for c in runnable]
     else:
         threads = []
         slots: list[Measurement | None] = [None] * len(runnable)
 
         def one(index: int, case: Case) -> None:
-            slots[index] = run_case(case, args.warmup, args.seconds)
+            slots[index] = run_case(case, args.warmup, args.seconds, args.load_wait)
 
         for index, case in enumerate(runnable):
             thread = threading.Thread(target=one, args=(index, case))
@@ -280,7 +297,7 @@ def main() -> int:
         for thread in threads:
             thread.join()
         results = [m for m in slots if m is not None]
-    rows = [result_dict(m) for m in results]
+    rows = [result_dict(m, args.show_screen) for m in results]
     for row in rows:
         if row["error"]:
             print(f"{row['case']:<20} failed: {row['error']}", flush=True)
