@@ -48,7 +48,7 @@ def standin(change: str) -> bytes:
 WRONG_VERSION = 'agent["PROTOCOL_VERSION"] = 7'
 WRONG_TYPES = """
     import json
-    send = agent["Output"].send
+    send = agent["LineWriter"].send
     def _send(self, kind, **fields):
         fields = json.loads(json.dumps(fields))
         for gpu in fields.get("gpus") or ():
@@ -56,22 +56,22 @@ WRONG_TYPES = """
         for process in fields.get("processes") or ():
             process["used_memory_mib"] = "lots"
         send(self, kind, **fields)
-    agent["Output"].send = _send
+    agent["LineWriter"].send = _send
 """
 ONLY_GARBAGE = """
     def _send(self, kind, **fields):
         os.write(self._fd, b"Welcome to node7! {not json\\n")
-    agent["Output"].send = _send
+    agent["LineWriter"].send = _send
 """
 GARBAGE_FOR_A_WHILE = f"""
     import time
-    send, began = agent["Output"].send, time.monotonic()
+    send, began = agent["LineWriter"].send, time.monotonic()
     def _send(self, kind, **fields):
         if kind == "reading" and time.monotonic() - began < {CONNECT_TIMEOUT + 2.0}:
             os.write(self._fd, b"garbage {{not json\\n")
         else:
             send(self, kind, **fields)
-    agent["Output"].send = _send
+    agent["LineWriter"].send = _send
 """
 ONE_LINE_AND_EXIT = """
     os.write(1, b'{"v": 7, "type": "hello", "mode": "sim"}\\n')
