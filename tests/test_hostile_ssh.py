@@ -343,7 +343,7 @@ async def test_a_cancel_that_wait_for_swallowed_still_stops_and_kills(
 ) -> None:
     """Python 3.11's asyncio.wait_for returns what finished just as the task was cancelled,
     the cancellation consumed: as when the group line and the cancel arrive together."""
-    from gpuconsole.actions.verify import shell as module
+    from gpuconsole.actions import shell as module
 
     told = module._told
 
@@ -367,7 +367,7 @@ async def test_a_run_cancelled_before_its_group_is_read_still_kills_its_command(
 ) -> None:
     """The command may be running before the console has read the line that names its
     process group: a stop then reads that line first, and kills the group."""
-    from gpuconsole.actions.verify import shell as module
+    from gpuconsole.actions import shell as module
 
     told = module._told
     calls: list[int] = []
