@@ -4,11 +4,8 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
-import threading
-from types import ModuleType
 from typing import TYPE_CHECKING, TextIO
 
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, Refused
@@ -59,19 +56,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Textual is imported here, not at the top: scripts running a subcommand never load it. It is
-    # the start's largest import, so it runs on a thread while this one starts NVML and opens the
-    # recording, which wait on the driver and the disk rather than on Python.
-    ui = _Import("gpuconsole.ui.app")
-    try:
-        return _run(args, ui)
-    finally:
-        ui.join()  # never leave an import half done behind a refusal
-
-
-def _run(args: argparse.Namespace, ui: _Import) -> int:
+    # Textual is imported here, not at the top: scripts running a subcommand never load it.
     from gpuconsole.cli.commands.options import theme_of
+    from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
     from gpuconsole.fleet.record.schema import RecordingError
+    from gpuconsole.ui.app import GpuConsoleApp
 
     theme = theme_of(args)
     config = alerts_config(args)
@@ -86,13 +75,9 @@ def _run(args: argparse.Namespace, ui: _Import) -> int:
     except Refused:
         close_source(source)
         raise
-    alertmanager = None
-    if delivery is not None:
-        from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
-
-        # The alerts screen says when alerts are not delivered: nothing is printed under the UI.
-        alertmanager = AlertmanagerSender(delivery, interval=args.refresh)
-    app = ui.module().GpuConsoleApp(
+    # The alerts screen says when alerts are not delivered: nothing is printed under the UI.
+    alertmanager = None if delivery is None else AlertmanagerSender(delivery, interval=args.refresh)
+    app = GpuConsoleApp(
         source,
         label=label,
         refresh=args.refresh,
@@ -113,35 +98,6 @@ def _run(args: argparse.Namespace, ui: _Import) -> int:
 
 
 _INSTEAD = "`gpuconsole snapshot --json` reads once and `gpuconsole record` records"
-
-
-class _Import:
-    """A module imported on a thread of its own; `module()` waits for it and raises what the
-    import raised. Python's import locks keep the two threads apart, and the layered import
-    graph has no cycle for them to deadlock on."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._module: ModuleType | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._load, name=f"import {name}", daemon=True)
-        self._thread.start()
-
-    def _load(self) -> None:
-        try:
-            self._module = importlib.import_module(self._name)
-        except BaseException as error:  # handed to the thread that waits for the module
-            self._error = error
-
-    def join(self) -> None:
-        self._thread.join()
-
-    def module(self) -> ModuleType:
-        self.join()
-        if self._error is not None:
-            raise self._error
-        assert self._module is not None
-        return self._module
 
 
 def refuse_without_terminal(instead: str) -> None:
