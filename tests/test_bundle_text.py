@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from gpuconsole.actions.bundle import make
 from gpuconsole.actions.bundle.contents import BundleInputs
 from gpuconsole.actions.bundle.gather import KERNEL_LOG_COMMAND
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.session import HostShell
-from gpuconsole.actions.verify.model import CommandOutput
 from gpuconsole.hosts.targets import Context, Target
 
 RAW = re.compile(

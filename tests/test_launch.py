@@ -29,7 +29,7 @@ from gpuconsole.actions.launch.commands import (
 )
 from gpuconsole.actions.launch.run import parse_event, start_failure
 from gpuconsole.actions.launch.session import host_gpus, launch, plan_launch
-from gpuconsole.actions.verify.model import CommandOutput
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.core.model import Topology
 from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.telemetry.sim import PROFILES, SimRack

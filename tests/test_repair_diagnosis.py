@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.repair.diagnosis import (
     CAUSE_ORDER,
     DIAGNOSIS_CHECKS,
@@ -21,7 +22,6 @@ from gpuconsole.actions.repair.diagnosis import (
     probes,
 )
 from gpuconsole.actions.repair.model import Diagnosis, Family
-from gpuconsole.actions.verify.model import CommandOutput
 from gpuconsole.hosts.targets import Context
 
 RECORDED = Path(__file__).parent / "fixtures" / "verify" / "h200-probes.json"

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.verify import peers, runner
 from gpuconsole.actions.verify.checks.pcie import (
     CHECKS,
@@ -22,7 +23,6 @@ from gpuconsole.actions.verify.checks.pcie import (
 from gpuconsole.actions.verify.model import (
     Check,
     CheckResult,
-    CommandOutput,
     Evidence,
     Figure,
     HostReport,

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.verify.checks import CHECKS
-from gpuconsole.actions.verify.model import CommandOutput, Status
+from gpuconsole.actions.verify.model import Status
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
 from gpuconsole.hosts.targets import Context
 

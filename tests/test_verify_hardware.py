@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from standin import write_standin_smi
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.shell import LocalShell
 from gpuconsole.actions.verify import runner
 from gpuconsole.actions.verify.checks import HARDWARE, checks_of
@@ -27,7 +28,7 @@ from gpuconsole.actions.verify.checks.p2p_bandwidth import P2P_BANDWIDTH
 from gpuconsole.actions.verify.checks.pcie import HOST_DEVICE_BANDWIDTH
 from gpuconsole.actions.verify.checks.row_remap import REMAPPED_ROWS
 from gpuconsole.actions.verify.checks.xid_log import KERNEL_XIDS
-from gpuconsole.actions.verify.model import CheckResult, CommandOutput, Probe, Status
+from gpuconsole.actions.verify.model import CheckResult, Probe, Status
 from gpuconsole.actions.verify.probes import NVSWITCHES, SMI_DETAILS, SMI_QUERY
 from gpuconsole.hosts.targets import Context
 

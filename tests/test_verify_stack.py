@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.shell import LocalShell
 from gpuconsole.actions.verify import probes, runner
 from gpuconsole.actions.verify.checks import STACK, checks_of
@@ -23,7 +24,7 @@ from gpuconsole.actions.verify.checks.profiler import PROFILERS
 from gpuconsole.actions.verify.checks.secure_boot import MODULE_SIGNER, SECURE_BOOT
 from gpuconsole.actions.verify.checks.tensorflow import TENSORFLOW
 from gpuconsole.actions.verify.checks.tensorrt import TENSORRT
-from gpuconsole.actions.verify.model import CommandOutput, Probe, Status, Verdict
+from gpuconsole.actions.verify.model import Probe, Status, Verdict
 from gpuconsole.hosts.targets import Context
 
 FIXTURES = Path(__file__).parent / "fixtures"

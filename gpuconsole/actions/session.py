@@ -17,8 +17,8 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.shell import LineSink, LocalShell, Shell, SshShell
-from gpuconsole.actions.verify.model import CommandOutput
 from gpuconsole.core import audit
 from gpuconsole.hosts.source import WatchedTarget
 from gpuconsole.hosts.ssh import SshSettings, connect

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import asyncssh
 
-from gpuconsole.actions.verify.model import CommandOutput
+from gpuconsole.actions.output import CommandOutput
 
 # Probes run in the C locale so that tools print the words the judges read.
 _PREFIX = "LC_ALL=C; export LC_ALL; "

@@ -11,9 +11,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.shell import Shell
 from gpuconsole.actions.verify.checks import CHECKS
-from gpuconsole.actions.verify.model import Check, CommandOutput, HostReport
+from gpuconsole.actions.verify.model import Check, HostReport
 from gpuconsole.actions.verify.runner import verify_with
 from gpuconsole.hosts.targets import Context
 

@@ -20,16 +20,10 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.repair.model import Cause, Diagnosis, Distro, Family, Walked
 from gpuconsole.actions.verify.checks import CHECKS, dkms, row_remap, xid_log
-from gpuconsole.actions.verify.model import (
-    Check,
-    CheckResult,
-    CommandOutput,
-    Evidence,
-    Probe,
-    Status,
-)
+from gpuconsole.actions.verify.model import Check, CheckResult, Evidence, Probe, Status
 from gpuconsole.actions.verify.probes import SMI, SMI_QUERY, UNAME
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
 from gpuconsole.core.xid import FALLEN_OFF_THE_BUS

@@ -7,8 +7,9 @@ import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.verify import compat, probes
-from gpuconsole.actions.verify.model import CommandOutput, Evidence, Probe, Status, Verdict
+from gpuconsole.actions.verify.model import Evidence, Probe, Status, Verdict
 
 # -- reading outputs -----------------------------------------------------------------------------
 

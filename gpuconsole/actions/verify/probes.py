@@ -15,8 +15,9 @@ import re
 import shlex
 from typing import Any
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.verify import compat
-from gpuconsole.actions.verify.model import CommandOutput, Evidence, Probe
+from gpuconsole.actions.verify.model import Evidence, Probe
 
 # -- what the commands are built from ------------------------------------------------------------
 

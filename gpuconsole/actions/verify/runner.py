@@ -8,17 +8,11 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.session import open_shell
 from gpuconsole.actions.shell import Shell
 from gpuconsole.actions.verify import peers
-from gpuconsole.actions.verify.model import (
-    Check,
-    CheckResult,
-    CommandOutput,
-    HostReport,
-    Probe,
-    Status,
-)
+from gpuconsole.actions.verify.model import Check, CheckResult, HostReport, Probe, Status
 from gpuconsole.hosts.ssh import ConnectFailure, SshSettings
 from gpuconsole.hosts.targets import Context, Target
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.verify import probes
-from gpuconsole.actions.verify.model import Check, CommandOutput, Evidence, Probe, Status, Verdict
+from gpuconsole.actions.verify.model import Check, Evidence, Probe, Status, Verdict
 from gpuconsole.hosts.targets import Context
 
 CUDNN_HEADER = Probe(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from gpuconsole.actions.verify.model import Check, CommandOutput, Evidence, Probe, Status, Verdict
+from gpuconsole.actions.output import CommandOutput
+from gpuconsole.actions.verify.model import Check, Evidence, Probe, Status, Verdict
 from gpuconsole.hosts.targets import Context
 
 _FADVISE_READ = """

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.verify import probes
 from gpuconsole.actions.verify.judging import no_answer
-from gpuconsole.actions.verify.model import Check, CommandOutput, Evidence, Probe, Status, Verdict
+from gpuconsole.actions.verify.model import Check, Evidence, Probe, Status, Verdict
 from gpuconsole.hosts.targets import Context
 
 KERNEL_TREE = Probe(

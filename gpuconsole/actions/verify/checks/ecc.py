@@ -4,8 +4,9 @@ fleets")."""
 
 from __future__ import annotations
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.verify.judging import csv_cells, joined, smi_int, smi_unusable
-from gpuconsole.actions.verify.model import Check, CommandOutput, Evidence, Probe, Status, Verdict
+from gpuconsole.actions.verify.model import Check, Evidence, Probe, Status, Verdict
 from gpuconsole.actions.verify.probes import SMI_QUERY, smi_command, smi_rows
 from gpuconsole.hosts.targets import Context
 

@@ -8,16 +8,9 @@ ones; its ``python3`` script uses torch when the host's Python has it."""
 
 from __future__ import annotations
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.verify.judging import joined, script_unusable, smi_int, smi_unusable
-from gpuconsole.actions.verify.model import (
-    Check,
-    CommandOutput,
-    Evidence,
-    Figure,
-    Probe,
-    Status,
-    Verdict,
-)
+from gpuconsole.actions.verify.model import Check, Evidence, Figure, Probe, Status, Verdict
 from gpuconsole.actions.verify.probes import (
     COPY_PRELUDE,
     SMI_QUERY,

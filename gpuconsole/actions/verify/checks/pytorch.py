@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.verify import compat, probes
 from gpuconsole.actions.verify.judging import cuda_fit, no_answer
-from gpuconsole.actions.verify.model import Check, CommandOutput, Evidence, Status, Verdict
+from gpuconsole.actions.verify.model import Check, Evidence, Status, Verdict
 from gpuconsole.hosts.targets import Context
 
 
