@@ -341,7 +341,7 @@ def _gpu(vet: _Vetting, gpu: GpuState) -> GpuState:
     used = changes.get("memory_used_mib", gpu.memory_used_mib)
     total = changes.get("memory_total_mib", gpu.memory_total_mib)
     if used is not None and total is not None and used > total * 1.01 + 1:
-        vet.bad(f"{where} memory_used_mib", used, f"above the total {total:.0f} MiB")
+        vet.bad(f"{where} memory_used_mib", used, f"above memory_total_mib {total:.0f}")
         changes["memory_used_mib"] = None
     reasons = _reasons(vet, where, gpu.throttle_reasons)
     if reasons is not gpu.throttle_reasons:
