@@ -40,6 +40,7 @@ from gpuconsole.core.untrusted import visible
 from gpuconsole.hosts.inventory import HostEntry
 from gpuconsole.hosts.ssh import MAX_REASON_CHARS, ConnectFailure, SshSettings, connect
 from gpuconsole.telemetry import SourceError
+from gpuconsole.telemetry.agent import checked_interval
 from gpuconsole.telemetry.wire import (
     AgentError,
     AgentStream,
@@ -49,7 +50,6 @@ from gpuconsole.telemetry.wire import (
     Reply,
     agent_command,
     agent_script,
-    checked_interval,
     encode_command,
 )
 

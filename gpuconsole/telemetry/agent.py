@@ -906,6 +906,16 @@ def _field(command: dict, name: str, check, meaning: str) -> object:
     return value
 
 
+def checked_interval(seconds: float) -> float:
+    """``seconds`` between ticks if the agent takes it (`MIN_INTERVAL_S` ... `MAX_INTERVAL_S`),
+    else ValueError; the console asks the same before it starts an agent."""
+    if not MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S:
+        raise ValueError(
+            f"interval {seconds:g} s is outside {MIN_INTERVAL_S:g} ... {MAX_INTERVAL_S:g} s"
+        )
+    return seconds
+
+
 def interval_of(command: dict) -> float:
     seconds = _field(
         command,
@@ -913,11 +923,10 @@ def interval_of(command: dict) -> float:
         lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
         "(a number)",
     )
-    if not MIN_INTERVAL_S <= float(seconds) <= MAX_INTERVAL_S:
-        raise BadCommand(
-            f"interval {seconds:g} s is outside {MIN_INTERVAL_S:g} ... {MAX_INTERVAL_S:g} s"
-        )
-    return float(seconds)
+    try:
+        return checked_interval(float(seconds))
+    except ValueError as error:
+        raise BadCommand(str(error)) from None
 
 
 def signal_of(command: dict) -> tuple[int, str, str, float | None]:

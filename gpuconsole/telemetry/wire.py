@@ -36,7 +36,7 @@ from gpuconsole.core.model import (
     Topology,
 )
 from gpuconsole.core.untrusted import MAX_NOTES, MAX_TEXT_CHARS, vetted, visible
-from gpuconsole.telemetry.agent import MAX_INTERVAL_S, MIN_INTERVAL_S
+from gpuconsole.telemetry.agent import checked_interval
 from gpuconsole.telemetry.containers import container_of
 from gpuconsole.telemetry.nvml.mapping import (
     compute_mode_name,
@@ -71,17 +71,6 @@ _FLOAT_MAX = sys.float_info.max
 def agent_script() -> bytes:
     """The agent's source, sent over the channel's stdin."""
     return _AGENT_PATH.read_bytes()
-
-
-def checked_interval(seconds: float) -> float:
-    """``seconds`` between the agent's ticks, if the agent takes it (its own bounds,
-    `agent.MIN_INTERVAL_S` ... `agent.MAX_INTERVAL_S`); else ValueError, as the agent would
-    refuse it."""
-    if not MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S:
-        raise ValueError(
-            f"interval {seconds:g} s is outside {MIN_INTERVAL_S:g} ... {MAX_INTERVAL_S:g} s"
-        )
-    return seconds
 
 
 def agent_command(
