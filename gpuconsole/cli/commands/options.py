@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from gpuconsole.cli.commands.exits import EXIT_BAD_INPUT, Refused
 from gpuconsole.fleet.record.retention import parse_duration
+from gpuconsole.recipes import RECIPES
 from gpuconsole.telemetry import dcgm
 from gpuconsole.telemetry.agent import MAX_INTERVAL_S, MIN_INTERVAL_S
 
@@ -38,8 +39,6 @@ REFRESH_BOUNDS_S = (MIN_INTERVAL_S, MAX_INTERVAL_S)
 any other interval; a host watched over SSH would show as down instead of being read."""
 DEFAULT_REFRESH_S = 1.0
 
-RECIPES = ("resnet50", "bert", "detection")
-"""The recipes `launch` and `memory` run (`gpuconsole.recipes`)."""
 PRESETS = ("baseline", "tuned")
 """The recipes' presets (each recipe's ``PRESETS``), as `launch` and `memory` name them."""
 DEFAULT_PRESET = "tuned"
@@ -194,8 +193,8 @@ def add_at_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_recipe_argument(parser: argparse.ArgumentParser) -> None:
-    """``RECIPE``: one of `RECIPES`."""
-    parser.add_argument("recipe", choices=RECIPES)
+    """``RECIPE``: one of the recipes the console ships (`gpuconsole.recipes.RECIPES`)."""
+    parser.add_argument("recipe", choices=tuple(RECIPES))
 
 
 def add_preset_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
