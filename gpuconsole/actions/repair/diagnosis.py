@@ -24,15 +24,13 @@ from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.repair.model import Cause, Diagnosis, Distro, Family, Walked
 from gpuconsole.actions.verify.checks import CHECKS, dkms, row_remap, xid_log
 from gpuconsole.actions.verify.model import Check, CheckResult, Evidence, Probe, Status
-from gpuconsole.actions.verify.probes import SMI, SMI_QUERY, UNAME
+from gpuconsole.actions.verify.probes import SMI, SMI_QUERY, UNAME, WITH_SBIN
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
 from gpuconsole.core.xid import FALLEN_OFF_THE_BUS
 from gpuconsole.hosts.targets import Context
 from gpuconsole.telemetry.kernel_log import parse_xid_lines
 
 # Debian and Ubuntu install modinfo in sbin, which a non-root login's PATH may lack.
-_WITH_SBIN = 'PATH="$PATH:/usr/sbin:/sbin"; '
-
 OS_RELEASE = Probe("os-release", "cat /etc/os-release")
 PERSISTENCED = Probe(
     "persistenced",
@@ -41,7 +39,7 @@ PERSISTENCED = Probe(
 """One word: "active", "inactive" (also for a unit that does not exist), "failed"..."""
 MODULE_FILE = Probe(
     "module-file",
-    f"{_WITH_SBIN}command -v modinfo >/dev/null 2>&1 || exit 127; modinfo -F version nvidia",
+    f"{WITH_SBIN}command -v modinfo >/dev/null 2>&1 || exit 127; modinfo -F version nvidia",
 )
 """The version of the nvidia module file the running kernel would load (it need not be loaded);
 "modinfo: ERROR: Module nvidia not found." and exit 1 when there is none for this kernel."""
