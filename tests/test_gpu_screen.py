@@ -317,11 +317,8 @@ def test_a_hostile_serial_or_vbios_is_shown_not_obeyed() -> None:
 
 
 @pytest.fixture
-def recorded(tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, float]:
+def recorded(tmp_path: Path, rack: SimRack, audit_log: Path) -> tuple[Path, float]:
     """60 s of the demo rack, XID 79 on l40s-01's GPU 1 from second 30."""
-    from gpuconsole.core import paths
-
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "incident.sqlite"
     fault_time, _ = record_incident(path, rack, seconds=60, fault_at=30)
     return path, fault_time
@@ -372,14 +369,12 @@ def test_gpu_an_hour_160x48(snap_compare, hour_app) -> None:
 
 
 async def test_live_the_span_the_store_no_longer_holds_comes_from_the_consoles_recording(
-    tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, rack: SimRack, audit_log: Path
 ) -> None:
     """Five minutes recorded, two held in memory: the plot's five minutes are whole, the older
     three read from the recording the console writes; without a recording, two minutes."""
-    from gpuconsole.core import paths
     from gpuconsole.fleet.record.recorder import Recorder
 
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "console.sqlite"
     record_incident(path, rack, seconds=300, fault_at=290)
     end = START + 300

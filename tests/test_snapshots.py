@@ -216,11 +216,8 @@ def test_history(snap_compare, make_app, size: tuple[int, int]) -> None:
 
 
 @pytest.fixture
-def recording(
-    tmp_path: Path, rack: SimRack, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Recording]:
+def recording(tmp_path: Path, rack: SimRack, audit_log: Path) -> Iterator[Recording]:
     """60 s of the demo rack with XID 79 on l40s-01's GPU 1 from second 30."""
-    monkeypatch.setenv(paths.AUDIT_LOG.variable, str(tmp_path / "audit.jsonl"))
     path = tmp_path / "incident.sqlite"
     record_incident(path, rack, seconds=60, fault_at=30)
     opened_recording = Recording(path)

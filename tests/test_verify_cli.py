@@ -3,31 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuconsole
 from sshd import Sshd, sshd_available, user_env
 
 from gpuconsole.actions.verify.checks import CHECKS
 
 
-def gpuconsole(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ) if home is None else user_env(home)
-    return subprocess.run(
-        [sys.executable, "-m", "gpuconsole", "verify", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
+def verify(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``gpuconsole verify ARGS``, as the user of ``home`` where one is given."""
+    return gpuconsole("verify", *args, env=None if home is None else user_env(home), timeout=180)
 
 
 def test_verify_this_machine_reports_every_check_and_fails_without_a_driver() -> None:
-    done = gpuconsole("--json")
+    done = verify("--json")
     assert done.returncode == 2, done.stderr
     (report,) = json.loads(done.stdout)
     assert [c["id"] for c in report["checks"]] == [c.id for c in CHECKS]
@@ -39,7 +31,7 @@ def test_verify_this_machine_reports_every_check_and_fails_without_a_driver() ->
 
 
 def test_text_output_keeps_going_past_the_first_failure() -> None:
-    done = gpuconsole()
+    done = verify()
     assert done.returncode == 2
     lines = done.stdout.splitlines()
     assert ": FAIL (" in lines[0]
@@ -54,7 +46,7 @@ def test_verify_a_group_of_the_inventory_over_ssh(sshd: Sshd, tmp_path: Path) ->
     sshd.ssh_config(["gpu-a", "gpu-b"])
     inventory = tmp_path / "hosts.toml"
     inventory.write_text('[groups.rack-a]\nhosts = ["gpu-a", "gpu-b"]\n')
-    done = gpuconsole("rack-a", "--inventory", str(inventory), "--json", home=sshd.home)
+    done = verify("rack-a", "--inventory", str(inventory), "--json", home=sshd.home)
     assert done.returncode in (1, 2), done.stderr
     reports = json.loads(done.stdout)
     assert [r["host"] for r in reports] == ["gpu-a", "gpu-b"]
@@ -65,6 +57,6 @@ def test_verify_a_group_of_the_inventory_over_ssh(sshd: Sshd, tmp_path: Path) ->
 
 
 def test_an_unknown_host_is_one_line() -> None:
-    done = gpuconsole("gpu-nowhere", "--hosts", "gpu-a")
+    done = verify("gpu-nowhere", "--hosts", "gpu-a")
     assert done.returncode == 2
     assert done.stderr.strip() == "gpuconsole: no host 'gpu-nowhere' in --hosts"
