@@ -139,9 +139,12 @@ class _Shown:
         return "\n".join(self._screen.display)
 
 
-def run_case(case: Case, warmup: float, seconds: float, load_wait: float = 30.0) -> Measurement:
+def run_case(
+    case: Case, warmup: float, seconds: float, load_wait: float = 30.0, keep_screen: bool = False
+) -> Measurement:
     """Run one case to the end of its measurement and stop it; its keys are sent once its
-    readings are shown, or after ``load_wait`` seconds."""
+    readings are shown, or after ``load_wait`` seconds. The terminal's text is followed until
+    then, and to the end only with ``keep_screen`` (emulating it costs this process CPU)."""
     master, slave = pty.openpty()
     columns, rows = case.size
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
@@ -177,9 +180,10 @@ def run_case(case: Case, warmup: float, seconds: float, load_wait: float = 30.0)
             measurement.bytes_total += len(chunk)
             if measurement.measuring:
                 measurement.bytes_measured += len(chunk)
-            text = shown.feed(chunk)
-            measurement.screen = text
+            if measurement.loaded_s is None or keep_screen:
+                measurement.screen = shown.feed(chunk)
             if measurement.loaded_s is None:
+                text = measurement.screen
                 now = time.perf_counter() - measurement.started
                 if measurement.first_frame_s is None and case.ready in text:
                     measurement.first_frame_s = now
@@ -282,13 +286,18 @@ def main() -> int:
         runnable.append(case)
     results: list[Measurement] = []
     if args.serial:
-        results = [run_case(c, args.warmup, args.seconds, args.load_wait) for c in runnable]
+        results = [
+            run_case(c, args.warmup, args.seconds, args.load_wait, args.show_screen)
+            for c in runnable
+        ]
     else:
         threads = []
         slots: list[Measurement | None] = [None] * len(runnable)
 
         def one(index: int, case: Case) -> None:
-            slots[index] = run_case(case, args.warmup, args.seconds, args.load_wait)
+            slots[index] = run_case(
+                case, args.warmup, args.seconds, args.load_wait, args.show_screen
+            )
 
         for index, case in enumerate(runnable):
             thread = threading.Thread(target=one, args=(index, case))
