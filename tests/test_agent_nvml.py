@@ -125,6 +125,8 @@ def test_what_cannot_change_is_asked_once_and_the_modes_every_ten_seconds() -> N
         "nvmlDeviceGetHandleByIndex_v2",
         "nvmlDeviceGetEccMode",
         "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetComputeMode",
+        "nvmlDeviceGetPersistenceMode",
     )
     assert {name: library.calls[name] for name in once_a_gpu} == dict.fromkeys(once_a_gpu, 2)
     twice_a_gpu = (  # SM and memory, or slowdown and shutdown
@@ -134,7 +136,7 @@ def test_what_cannot_change_is_asked_once_and_the_modes_every_ten_seconds() -> N
     )
     assert {name: library.calls[name] for name in twice_a_gpu} == dict.fromkeys(twice_a_gpu, 4)
     assert library.calls["nvmlDeviceGetPowerUsage"] == 2 * 3
-    assert library.calls["nvmlDeviceGetPcieThroughput"] == 2 * 2 * 3
+    assert library.calls["nvmlDeviceGetPcieThroughput"] == 2 * 2  # sampled once in 5 s
 
 
 def test_a_call_refused_as_not_supported_is_not_made_again() -> None:
@@ -222,6 +224,55 @@ def test_unknown_error_on_every_call_is_a_lost_gpu() -> None:
     gpus, _ = Nvml(library).read()
     assert gpus[0] == H200_ENTRY
     assert gpus[1] == dict.fromkeys(GPU_KEYS) | {"index": 1, "lost": True, "mig_instances": []}
+
+
+def _counting_throughput(library: StandinLibrary) -> list[tuple[int, int]]:
+    """Each sample the stand-in's GPU 0 gives one more than the last, in both directions;
+    returns the list the samples go to."""
+    samples: list[tuple[int, int]] = []
+
+    def sampled(_: Any, direction: int) -> int:
+        if direction == pynvml.NVML_PCIE_UTIL_TX_BYTES:
+            samples.append((len(samples) + 1, 0))
+            return len(samples)
+        return 1000 + len(samples)
+
+    library.gpus[0]["nvmlDeviceGetPcieThroughput"] = sampled
+    return samples
+
+
+def test_the_traffic_is_sampled_once_in_its_interval_and_carried_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Readings within PCIE_SAMPLE_S of a sample carry it, and NVML is not asked; once the
+    interval has passed, the next reading samples again."""
+    library = busy_h200s(1)
+    samples = _counting_throughput(library)
+    nvml = Nvml(library)
+    first, carried = (nvml.read()[0][0] for _ in range(2))
+    assert len(samples) == 1
+    assert (first["pcie_tx_kib_s"], carried["pcie_tx_kib_s"]) == (1, 1)
+    monkeypatch.setattr(agent_module, "PCIE_SAMPLE_S", 0.0)
+    again = nvml.read()[0][0]
+    nvml.shutdown()
+    assert len(samples) == 2
+    assert (again["pcie_tx_kib_s"], again["pcie_rx_kib_s"]) == (2, 1002)
+
+
+def test_a_gpu_back_from_lost_is_sampled_anew() -> None:
+    """A lost GPU's reading carries no traffic, and the first reading after it samples again
+    rather than carrying what the GPU moved before it was lost."""
+    library = busy_h200s(1)
+    samples = _counting_throughput(library)
+    nvml = Nvml(library)
+    nvml.read()
+    library.faults[0] = "lost"
+    lost = nvml.read()[0][0]
+    del library.faults[0]
+    back = nvml.read()[0][0]
+    nvml.shutdown()
+    assert lost["lost"] and lost["pcie_tx_kib_s"] is None
+    assert (len(samples), back["pcie_tx_kib_s"]) == (2, 2)
 
 
 def test_the_traffic_of_every_gpu_is_sampled_at_once() -> None:

@@ -239,8 +239,8 @@ def test_what_cannot_change_is_asked_once(nvml: FakeNvml, source: MakeSource) ->
     assert asked["nvmlDeviceGetPowerUsage"] == 3
 
 
-def test_limits_are_read_once_and_the_traffic_every_reading(
-    nvml: FakeNvml, source: MakeSource
+def test_limits_are_read_once_and_the_traffic_once_in_its_interval(
+    nvml: FakeNvml, source: MakeSource, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tx, rx = pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES
     readings = [{tx: 7712, rx: 15966}, {tx: 6862, rx: 15676}]
@@ -253,13 +253,17 @@ def test_limits_are_read_once_and_the_traffic_every_reading(
 
     nvml.gpus[0]["nvmlDeviceGetPcieThroughput"] = throughput
     nvml_source = source()
-    first, again = (nvml_source.read(HOST).gpus[0] for _ in range(2))
+    first, carried = (nvml_source.read(HOST).gpus[0] for _ in range(2))
+    monkeypatch.setattr(agent_module, "PCIE_SAMPLE_S", 0.0)
+    again = nvml_source.read(HOST).gpus[0]
     assert (first.pcie_tx_kib_s, first.pcie_rx_kib_s) == (7712.0, 15966.0)
+    assert (carried.pcie_tx_kib_s, carried.pcie_rx_kib_s) == (7712.0, 15966.0)
     assert (again.pcie_tx_kib_s, again.pcie_rx_kib_s) == (6862.0, 15676.0)
     assert again.power_limit_min_w == first.power_limit_min_w == 200.0
     assert nvml.asked["nvmlDeviceGetPowerManagementLimitConstraints"] == 1
     assert nvml.asked["nvmlDeviceGetPowerManagementDefaultLimit"] == 1
     assert nvml.asked["nvmlDeviceGetApplicationsClock"] == 2  # SM and memory, for 10 s
+    assert asked == {tx: 2, rx: 2}
 
 
 def test_limits_and_traffic_the_gpu_does_not_support_are_none(

@@ -330,7 +330,8 @@ class GpuState:
     pcie: PcieLink | None = None
     pcie_tx_kib_s: float | None = None
     """What the GPU sends over its PCIe link, KiB/s, sampled over 20 ms (NVML and nvidia-smi
-    say "KB/s"; NVML's documentation does not say which kilo, and this takes it as 1024)."""
+    say "KB/s"; NVML's documentation does not say which kilo, and this takes it as 1024). The
+    NVML reader samples it once every 5 s and carries the sample between (its PCIE_SAMPLE_S)."""
     pcie_rx_kib_s: float | None = None
     """What the GPU receives over its PCIe link, KiB/s, sampled as ``pcie_tx_kib_s`` is."""
     persistence_mode: bool | None = None

@@ -1084,9 +1084,15 @@ NVML_TEMPERATURE_V1 = 12 | 1 << 24  # nvmlTemperature_v1: the struct's size, ver
 NVML_VALUE_NOT_AVAILABLE = 2**64 - 1
 MIB = 1024 * 1024
 MODE_REFRESH_S = 10.0
-"""How long a GPU's ECC and MIG modes and application clocks are kept before they are read again:
-settings an admin may change while the driver runs, that cost 0.17 ms (the modes) and 1.3 ms
-(the clocks) a read on an H200."""
+"""How long a GPU's ECC, MIG, compute and persistence modes and application clocks are kept
+before they are read again: settings an admin may change while the driver runs, that cost
+0.17 ms (the ECC and MIG modes) and 1.3 ms (the clocks) a read on an H200, and 0.2 ms of CPU
+(the compute and persistence modes) on an H100."""
+PCIE_SAMPLE_S = 5.0
+"""How often a GPU's PCIe throughput is sampled; readings in between carry the latest sample.
+NVML samples each direction for 20 ms and spends about 0.95 ms of CPU on it (one H100, driver
+580, 2026-12-07): the two directions were half the CPU of a whole reading, for figures that only
+the GPU screen shows, and that are a 20 ms glimpse of the second however often they are taken."""
 
 
 class _Memory(ctypes.Structure):
@@ -1375,8 +1381,9 @@ class Nvml:
     def read(self) -> tuple[list[dict], list[dict]]:
         """Every GPU and the processes on them; `Unavailable` when not even the count reads.
 
-        Every GPU's PCIe throughput is asked for first, on a pool of two threads per GPU
-        (`NvmlDevice.ask_traffic` says why), and the GPUs are read while NVML samples it.
+        Every GPU's PCIe throughput, where its sample is `PCIE_SAMPLE_S` old, is asked for
+        first, on a pool of two threads per GPU (`NvmlDevice.ask_traffic` says why), and the GPUs
+        are read while NVML samples it.
         """
         count = self.gpu_count()
         if count is None:
@@ -1395,15 +1402,6 @@ class Nvml:
             gpus.append(gpu)
             processes.extend(found)
         return gpus, processes
-
-
-def _traffic(asked: list[Future]) -> tuple[int | None, int | None]:
-    """(TX, RX) KiB/s as `NvmlDevice.ask_traffic` asked for them; `_GpuLost` where the GPU
-    answered so. None where nothing was asked: the GPU had no handle yet when the reading began."""
-    if not asked:
-        return None, None
-    tx, rx = asked
-    return tx.result(), rx.result()
 
 
 class NvmlDevice:
@@ -1431,6 +1429,10 @@ class NvmlDevice:
         self._made = 0
         self._unknown = 0
         """This reading's calls, and those of them answered UNKNOWN_ERROR."""
+        self._traffic: tuple[int | None, int | None] = (None, None)
+        self._traffic_at: float | None = None
+        """When the carried PCIe sample was asked for (`time.monotonic`); None: never, or the
+        GPU was lost since."""
 
     def handle(self) -> tuple[ctypes.c_void_p | None, bool]:
         """The GPU's handle, asked for until NVML gives it, then kept; with None, whether
@@ -1447,7 +1449,8 @@ class NvmlDevice:
 
     def ask_traffic(self, pool: Executor) -> list[Future]:
         """The GPU's PCIe throughput, TX then RX in KiB/s, asked for on ``pool``'s threads;
-        nothing for a GPU without a handle (yet).
+        nothing for a GPU without a handle (yet), nor within `PCIE_SAMPLE_S` of the sample the
+        GPU carries (`traffic`).
 
         NVML samples each direction for 20 ms and returns only then: 21 ms a call on an H200,
         42 ms a GPU read in turn. Calls on separate threads overlap (8 at once took 23 ms
@@ -1460,10 +1463,22 @@ class NvmlDevice:
         handle, _ = self.handle()
         if handle is None:
             return []
+        now = time.monotonic()
+        if self._traffic_at is not None and now - self._traffic_at < PCIE_SAMPLE_S:
+            return []
+        self._traffic_at = now
         return [
             pool.submit(self._throughput, direction)
             for direction in (NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES)
         ]
+
+    def traffic(self, asked: list[Future]) -> tuple[int | None, int | None]:
+        """(TX, RX) KiB/s: the sample `ask_traffic` asked for, else the one carried (None, None
+        before the first); `_GpuLost` where the GPU answered so."""
+        if asked:
+            tx, rx = asked
+            self._traffic = (tx.result(), rx.result())
+        return self._traffic
 
     def _throughput(self, direction: int) -> int | None:
         """One direction's throughput, on a pool thread: not counted with the reading's calls
@@ -1501,7 +1516,9 @@ class NvmlDevice:
         return gpu, processes
 
     def _unreadable(self, lost: bool) -> dict[str, object]:
-        """The entry of a GPU that gives no reading: its identity, where it was read before."""
+        """The entry of a GPU that gives no reading: its identity, where it was read before.
+        Its PCIe sample is forgotten: a GPU back from lost is sampled anew."""
+        self._traffic, self._traffic_at = (None, None), None
         entry: dict[str, object] = dict.fromkeys(GPU_KEYS)
         entry.update(index=self.index, lost=lost, mig_instances=[])
         if self._static is not None:
@@ -1635,6 +1652,8 @@ class NvmlDevice:
             "memory_clock_application_mhz": self._uint(
                 "nvmlDeviceGetApplicationsClock", NVML_CLOCK_MEM
             ),
+            "compute_mode": self._uint("nvmlDeviceGetComputeMode"),
+            "persistence": self._uint("nvmlDeviceGetPersistenceMode"),
         }
         if self._modes is not None and self._modes["mig_mode"] != modes["mig_mode"]:
             self._refused.clear()
@@ -1655,7 +1674,7 @@ class NvmlDevice:
         used, total = self._memory()
         remap = self._uints("nvmlDeviceGetRemappedRows", 4)
         pending = self._uint("nvmlDeviceGetRetiredPagesPendingStatus")
-        persistence = self._uint("nvmlDeviceGetPersistenceMode")
+        persistence = modes["persistence"]
         gpu = {
             "index": self.index,
             "lost": False,
@@ -1681,7 +1700,7 @@ class NvmlDevice:
             "fan_pct": self._uint("nvmlDeviceGetFanSpeed"),
             "pstate": self._uint("nvmlDeviceGetPerformanceState"),
             "throttle_mask": self._throttle_mask(),
-            "compute_mode": self._uint("nvmlDeviceGetComputeMode"),
+            "compute_mode": modes["compute_mode"],
             "recovery_action": self._recovery_action(),
             "ecc": self._ecc() if modes["ecc"] else None,
             "remap": {
@@ -1703,7 +1722,8 @@ class NvmlDevice:
             "mig_mode": modes["mig_mode"],
             "mig_instances": [self._mig_instance(*mig) for mig in migs],
         }
-        gpu["pcie_tx_kib_s"], gpu["pcie_rx_kib_s"] = _traffic(traffic)  # last: sampled meanwhile
+        # Last: NVML sampled it while the rest was read.
+        gpu["pcie_tx_kib_s"], gpu["pcie_rx_kib_s"] = self.traffic(traffic)
         return gpu
 
     def _memory(self, on: ctypes.c_void_p | None = None) -> tuple[float | None, float | None]:

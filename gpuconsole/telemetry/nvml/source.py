@@ -49,7 +49,8 @@ class NvmlSource:
     (`gpuconsole.telemetry.wire.decode_nvml`), so this host and an SSH host read the same fields
     the same way. The reader keeps what each GPU's readings carry from one to the next (what
     cannot change, the calls the GPU does not support, its modes for 10 s) and asks every GPU's
-    PCIe throughput at once on threads of its own: a reading takes about 21 ms longer.
+    PCIe throughput at once on threads of its own, once every 5 s: such a reading takes about
+    21 ms longer.
 
     NVML is initialised on the first `read` (a failure raises `SourceError` with the reason) and
     shut down by `close`. pynvml shares the library with the reader (NVML counts its
