@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from conftest import EPOCH, NOW
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuconsole.core.model import GpuState, HostSnapshot, HostState, Severity
 from gpuconsole.fleet.store import FleetStore
@@ -242,6 +244,24 @@ def test_series_is_oldest_first_and_skips_missing_values() -> None:
     assert store.series(HOST, 1, "temperature_c") == [41.0, 41.0]
     assert store.series(HOST, 7, "utilization_pct") == []
     assert store.series(HOST, 0, "no_such_field") == []
+
+
+@given(
+    utils=st.lists(st.one_of(st.none(), st.floats(0, 100)), max_size=40),
+    last=st.integers(0, 50),
+    keep=st.integers(1, 30),
+)
+def test_series_last_is_the_tail_of_the_whole_series(
+    utils: list[float | None], last: int, keep: int
+) -> None:
+    """For any history (GPU 1 lost in some readings) and any count, the newest ``last`` values
+    are the end of the whole series: the trend line draws what it drew when it read it all."""
+    store = FleetStore([HOST], history_length=keep)
+    for t, util in enumerate(utils):
+        store.record(snap(float(t + 1), 10.0, util))
+    whole = store.series(HOST, 1, "utilization_pct")
+    assert len(whole) <= keep
+    assert store.series(HOST, 1, "utilization_pct", last) == (whole[-last:] if last else [])
 
 
 def test_series_skips_a_gpu_lost_in_the_sim(rack: SimRack) -> None:

@@ -140,14 +140,20 @@ class FleetStore:
         findings = self._records[host].findings
         return findings[0].severity if findings else None
 
-    def series(self, host: str, gpu: int, field: str) -> list[float]:
-        """One GPU field over the kept history, oldest first; readings without a value skipped."""
-        values = []
-        for snapshot in self._records[host].history:
+    def series(self, host: str, gpu: int, field: str, last: int | None = None) -> list[float]:
+        """One GPU field over the kept history, oldest first; readings without a value skipped.
+        ``last``: only the newest that many values (a trend line reads no more than it draws,
+        every tick)."""
+        wanted = len(self._records[host].history) if last is None else max(last, 0)
+        values: list[float] = []
+        for snapshot in reversed(self._records[host].history):
+            if len(values) >= wanted:
+                break
             state: GpuState | None = snapshot.gpu(gpu)
             value = getattr(state, field, None) if state is not None else None
             if value is not None:
                 values.append(float(value))
+        values.reverse()
         return values
 
     def _evaluate(self, host: str, rec: _HostRecord) -> None:

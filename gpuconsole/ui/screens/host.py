@@ -461,7 +461,7 @@ class HostScreen(ConsoleScreen):
         for field, label, unit, low, high in _TRENDS:
             widget = self.query_one(f"#trend-{label}", Steady)
             width = max(8, (widget.size.width or 38) - _TREND_LABEL_WIDTH)
-            values = self.store.series(self.host, gpu, field) if gpu is not None else []
+            values = self.store.series(self.host, gpu, field, width) if gpu is not None else []
             top = high if high is not None else (state.power_limit_w if state else None)
             if not values or top is None:
                 widget.show(
