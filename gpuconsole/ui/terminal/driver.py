@@ -6,7 +6,8 @@ unknown: the driver notes every size Textual is told (the SIGWINCH path asks
 next write, on the app's thread, starts from an unknown screen of that size. Textual repaints
 the whole screen after a resize, so that repaint is written in full.
 
-`StoppingDriver`, under it, makes SIGTERM and SIGHUP leave the terminal as `q` does.
+`StoppingDriver`, under it, makes SIGTERM and SIGHUP leave the terminal as `q` does, and
+`QuietInputDriver`, under that, reads the keys on a thread that sleeps until there are some.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from textual import events
+from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
 from textual.message import Message
 
 from gpuconsole.ui.terminal.diff import ScreenDiff
+from gpuconsole.ui.terminal.keys import WakingEvent, read_keys
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -45,7 +48,30 @@ LEAVE = (
 kitty keyboard, the alternate screen, focus reports; the cursor shown), after ending a frame."""
 
 
-class StoppingDriver(LinuxDriver):
+class QuietInputDriver(LinuxDriver):
+    """Textual's Linux driver whose input thread wakes for input, for its parser's timeouts and
+    to stop, rather than ten times a second (`keys.read_keys`)."""
+
+    def __init__(
+        self,
+        app: App[Any],
+        *,
+        debug: bool = False,
+        mouse: bool = True,
+        size: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__(app, debug=debug, mouse=mouse, size=size)
+        self.exit_event = self._stopping = WakingEvent()
+
+    def run_input_thread(self) -> None:
+        read_keys(self.fileno, XTermParser(self._debug), self.process_message, self._stopping)
+
+    def close(self) -> None:
+        super().close()
+        self._stopping.close()
+
+
+class StoppingDriver(QuietInputDriver):
     """Textual's Linux driver, stopped by SIGTERM and SIGHUP as by `q`.
 
     Textual leaves those signals to Python, whose default ends the process on the spot: in the
