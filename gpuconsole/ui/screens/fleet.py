@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -51,6 +53,7 @@ _JOBS = ColumnSpec("jobs", "Jobs", 24, drop=1)
 """Whose work runs on the host: shown only where the problem keeps its message beside it."""
 
 
+@functools.lru_cache(maxsize=32)  # asked every tick, the same for a width
 def fleet_columns(width: int) -> tuple[ColumnSpec, ...]:
     """The fleet's columns ``width`` cells wide: the jobs where the problem keeps its message
     beside them (`_MESSAGE_FROM`), the problem taking the rest."""

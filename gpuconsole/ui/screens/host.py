@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 from typing import TYPE_CHECKING
 
@@ -96,11 +97,13 @@ _PROCESS_TAIL = (
 )
 
 
+@functools.lru_cache(maxsize=32)  # asked every tick, the same for a width
 def gpu_columns(width: int) -> tuple[ColumnSpec, ...]:
     """The GPU list's columns on a screen ``width`` cells wide."""
     return fit_columns(_GPU_WIDE if width >= WIDE_FROM else _GPU_NARROW, width)
 
 
+@functools.lru_cache(maxsize=32)  # asked every tick, the same for a width
 def process_columns(width: int, video: bool) -> tuple[ColumnSpec, ...]:
     """The process list's columns on a screen ``width`` cells wide; ``video``: some process on
     the host uses the encoder or decoder."""

@@ -54,7 +54,8 @@ def fit_title(parts: Sequence[Part], width: int) -> Text:
             return left + right
         return left + Text(" " * max(gap, _MIN_GAP)) + right
 
-    while line().cell_len > width:
+    fitted = line()
+    while fitted.cell_len > width:
         candidates = [
             i for i, p in enumerate(parts) if chosen[i] < len(p.forms) - (0 if p.rank else 1)
         ]
@@ -62,7 +63,8 @@ def fit_title(parts: Sequence[Part], width: int) -> Text:
             break
         worst = max(candidates, key=lambda i: (parts[i].rank, i))
         chosen[worst] += 1
-    return line()
+        fitted = line()
+    return fitted
 
 
 def fleet_parts(store: FleetStore, label: str, palette: Palette) -> list[Part]:
