@@ -150,12 +150,15 @@ class ReplayApp(GpuConsoleApp):
         self.recording.check(at - CHECK_AROUND_S, at + CHECK_AROUND_S)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """A worker that read the recording may have found damage; one that failed says why.
-        (The console's own handler runs as well: it takes in the polls' readings.)"""
+        """A read at the cursor is taken in; a worker that read the recording may have found
+        damage; one that failed says why."""
         if event.worker.group not in ("check", "replay", "poll"):
             return
-        if event.state is WorkerState.ERROR and event.worker.group != "poll":
-            self.notify(f"reading the recording failed: {event.worker.error}", severity="error")
+        if event.worker.group == "poll" and event.state is WorkerState.SUCCESS:
+            self.apply_readings(event.worker.result or [])
+        if event.state is WorkerState.ERROR:
+            what = "reading" if event.worker.group == "poll" else "reading the recording"
+            self.notify(f"{what} failed: {event.worker.error}", severity="error")
         if event.state in (WorkerState.SUCCESS, WorkerState.ERROR):
             self._show_damage()
 
