@@ -70,9 +70,11 @@ def test_keys_and_a_lone_escape_reach_the_app(reader: Reader) -> None:
     assert reader.next_key() == "q"
     os.write(reader.write_fd, b"\x1b")  # Escape, or the start of a sequence: the parser waits
     assert reader.next_key() == "escape"
-    os.write(reader.write_fd, "é".encode()[:1])  # half a character, then its other half
-    os.write(reader.write_fd, "é".encode()[1:])
+    os.write(reader.write_fd, "é".encode()[:1])  # half a character, read alone...
+    time.sleep(0.3)
+    os.write(reader.write_fd, "é".encode()[1:])  # ...then its other half
     assert reader.next_key() == "é"
+    assert reader.thread.is_alive()
 
 
 def test_it_sleeps_until_input_comes(reader: Reader) -> None:

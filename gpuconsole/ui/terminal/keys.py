@@ -98,5 +98,7 @@ def read_keys(
                 if not data:
                     selector.unregister(fileno)
                     break
-                hand_on(parser.feed(decode(data)))
+                text = decode(data)
+                if text:  # not only the start of a character: to the parser, "" is the end
+                    hand_on(parser.feed(text))
             hand_on(parser.tick())
