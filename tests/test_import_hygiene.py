@@ -102,3 +102,23 @@ def test_the_console_without_ssh_hosts_loads_no_ssh_library() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+CONSOLE_START = """
+import sys
+import gpuconsole.cli.main
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.telemetry.local import local_source
+print(sorted(m for m in ("urllib.request", "http.client", "email.parser") if m in sys.modules))
+"""
+
+
+def test_the_console_loads_the_http_client_only_to_send_or_query() -> None:
+    """Every subcommand's options and the console itself load without Python's HTTP client
+    (urllib.request with http.client and email, 23 modules): it loads with the first alert
+    sent to Alertmanager or the first query of Prometheus."""
+    result = subprocess.run(
+        [sys.executable, "-c", CONSOLE_START], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -29,12 +29,11 @@ import gc
 import json
 import math
 import urllib.parse
-import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuconsole.core.clock import Clock, wall_clock
 from gpuconsole.core.model import (
@@ -49,7 +48,9 @@ from gpuconsole.core.model import (
 from gpuconsole.core.untrusted import vetted, visible
 from gpuconsole.core.xid import FALLEN_OFF_THE_BUS
 from gpuconsole.telemetry import SourceError, dcgm
-from gpuconsole.telemetry.http_answer import Answer, AnswerError, Unreachable, read_answer
+
+if TYPE_CHECKING:
+    from gpuconsole.telemetry.http_answer import Answer
 
 _PRESENCE = ("utilization_pct", "temperature_c", "memory_used_mib")
 """A host exists for the source when Prometheus has one of these for it (or, from the console
@@ -126,6 +127,11 @@ class PrometheusApi:
 
     def query(self, promql: str, at: float) -> list[dict[str, Any]]:
         """The instant vector ``promql`` evaluates to at ``at``: a list of samples."""
+        # Loaded with the first query, as the Alertmanager sender loads it with its first alert.
+        import urllib.request
+
+        from gpuconsole.telemetry.http_answer import AnswerError, Unreachable, read_answer
+
         body = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"}).encode()
         request = urllib.request.Request(
             f"{self.url}/api/v1/query",
