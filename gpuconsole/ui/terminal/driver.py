@@ -52,23 +52,21 @@ class QuietInputDriver(LinuxDriver):
     """Textual's Linux driver whose input thread wakes for input, for its parser's timeouts and
     to stop, rather than ten times a second (`keys.read_keys`)."""
 
-    def __init__(
-        self,
-        app: App[Any],
-        *,
-        debug: bool = False,
-        mouse: bool = True,
-        size: tuple[int, int] | None = None,
-    ) -> None:
-        super().__init__(app, debug=debug, mouse=mouse, size=size)
-        self.exit_event = self._stopping = WakingEvent()
+    _stopping: WakingEvent | None = None
+
+    def start_application_mode(self) -> None:
+        if self._stopping is None:  # before the first input thread; kept across a suspend
+            self.exit_event = self._stopping = WakingEvent()
+        super().start_application_mode()
 
     def run_input_thread(self) -> None:
+        assert self._stopping is not None  # start_application_mode starts this thread
         read_keys(self.fileno, XTermParser(self._debug), self.process_message, self._stopping)
 
     def close(self) -> None:
         super().close()
-        self._stopping.close()
+        if self._stopping is not None:
+            self._stopping.close()
 
 
 class StoppingDriver(QuietInputDriver):
