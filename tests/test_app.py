@@ -270,3 +270,37 @@ def test_help_lists_every_full_screen_with_keys_and_the_running_apps_keys() -> N
     assert replay.index("Everywhere") < replay.index("Fleet")
     assert replay.index("Fleet") < replay.index("Replay (gpuconsole replay FILE)")
     assert any(text.startswith("Next finding") for text in replay)
+
+
+async def test_a_polling_round_is_taken_in_and_one_that_fails_says_so() -> None:
+    """`poll_now` reads every host on the loop's threads and takes the round in; a round that
+    raises (not one host: `collect` reports those) is said once as an error notice."""
+    import asyncio
+
+    from notices import notices
+    from static_source import StaticSource
+
+    from gpuconsole.core.model import GpuState, HostSnapshot
+    from gpuconsole.ui.app import GpuConsoleApp
+
+    class Breaking(StaticSource):
+        broken = False
+
+        @property
+        def hosts(self) -> tuple[str, ...]:
+            if self.broken:
+                raise RuntimeError("the inventory vanished")
+            return super().hosts
+
+    source = Breaking(HostSnapshot("node1", 1000.0, (GpuState(index=0),)))
+    app = GpuConsoleApp(source, auto_poll=False, background_start=False)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        source.snapshot = HostSnapshot("node1", 1001.0, (GpuState(index=0),))
+        await asyncio.wait([app.poll_now()])
+        assert app.store.latest("node1").time == 1001.0
+        source.broken = True
+        await asyncio.wait([app.poll_now()])
+        shown = await notices(pilot)
+    assert [(n.text, n.severity) for n in shown] == [
+        ("reading failed: the inventory vanished", "error")
+    ]

@@ -306,9 +306,13 @@ class GpuConsoleApp(App[None]):
         if error is None:
             self.apply_readings(polling.result())
         else:
-            self.notify(f"reading failed: {error}", severity="error")
+            self.reading_failed(error)
         if self.auto_poll:
             self._schedule_poll()
+
+    def reading_failed(self, error: BaseException | None) -> None:
+        """Say that a round of readings failed (not a host: `collect` reports those)."""
+        self.notify(f"reading failed: {error}", severity="error")
 
     def _schedule_poll(self) -> None:
         asyncio.get_running_loop().call_later(self.refresh_seconds, self.poll_now)
@@ -322,7 +326,7 @@ class GpuConsoleApp(App[None]):
             self._begin(event.worker.result)
         elif event.state is WorkerState.ERROR:
             self.starting = False
-            self.notify(f"reading failed: {event.worker.error}", severity="error")
+            self.reading_failed(event.worker.error)
             if self.auto_poll:
                 self._schedule_poll()
 

@@ -156,9 +156,10 @@ class ReplayApp(GpuConsoleApp):
             return
         if event.worker.group == "poll" and event.state is WorkerState.SUCCESS:
             self.apply_readings(event.worker.result or [])
-        if event.state is WorkerState.ERROR:
-            what = "reading" if event.worker.group == "poll" else "reading the recording"
-            self.notify(f"{what} failed: {event.worker.error}", severity="error")
+        if event.state is WorkerState.ERROR and event.worker.group == "poll":
+            self.reading_failed(event.worker.error)
+        elif event.state is WorkerState.ERROR:
+            self.notify(f"reading the recording failed: {event.worker.error}", severity="error")
         if event.state in (WorkerState.SUCCESS, WorkerState.ERROR):
             self._show_damage()
 
