@@ -2,8 +2,8 @@
 
 Textual's Linux driver wakes its input thread ten times a second, input or not, to ask its
 parser whether a lone ESC has waited long enough to be the Escape key: about 0.8 ms of CPU a
-second on a 2-core build machine, a tenth of what the whole console costs while it watches an
-idle GPU. The parser knows when it waits for such a timeout (`Parser._timeout_time`, Textual
+second on a 2-core build machine, a sixth of what the whole console cost there while it watched
+an idle GPU. The parser knows when it waits for such a timeout (`Parser._timeout_time`, Textual
 8.2.8). `read_keys` sleeps until input comes, the driver stops it, or that timeout is due, and
 asks the parser only then; where a parser does not say, it asks ten times a second as Textual
 does.
