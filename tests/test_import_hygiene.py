@@ -122,3 +122,33 @@ def test_the_console_loads_the_http_client_only_to_send_or_query() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+LATER = {
+    "psutil": "signalling a process, or the local host's process owners at the first reading",
+    "tomllib": "reading an inventory file",
+    "secrets": "nothing: a temporary file's name takes os.urandom",
+    "hashlib": "the demo's simulated rack, or an SSH host's known hosts",
+    "gpuconsole.fleet.alerts.alertmanager": "an Alertmanager to send to",
+}
+"""Modules the console's first screen does not draw with, and what loads each."""
+
+CONSOLE_FIRST_SCREEN = """
+import sys
+import gpuconsole.cli.main
+from gpuconsole.ui.app import GpuConsoleApp
+from gpuconsole.telemetry.local import local_source
+print(" ".join(sorted(m for m in sys.argv[1:] if m in sys.modules)))
+"""
+
+
+def test_the_console_loads_at_start_only_what_its_first_screen_draws() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", CONSOLE_FIRST_SCREEN, *LATER],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = result.stdout.split()
+    assert not loaded, {module: LATER[module] for module in loaded}

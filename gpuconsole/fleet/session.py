@@ -17,9 +17,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
 from gpuconsole.fleet.alerts.engine import AlertEngine, findings_from
 from gpuconsole.fleet.alerts.rules import AlertRule
 from gpuconsole.fleet.poller import HostReading, ingest, prime
@@ -27,6 +26,9 @@ from gpuconsole.fleet.record.episodes import FINDING, OnsetTracker
 from gpuconsole.fleet.record.recorder import Recorder, tick_of
 from gpuconsole.fleet.store import HISTORY_READINGS, FleetStore
 from gpuconsole.telemetry import Source
+
+if TYPE_CHECKING:
+    from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
 
 
 class Round(NamedTuple):

@@ -61,11 +61,6 @@ from typing import Any
 
 from gpuconsole.core.untrusted import MAX_GPUS
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_PYTHON = "python3"
 HOSTS_OPTION = "--hosts"
@@ -330,6 +325,11 @@ def _read(path: Path) -> str:
 
 
 def _parse(source: str, text: str) -> dict[str, Any]:
+    # Here, not at the top: the console starts without reading TOML where there is no inventory.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except RecursionError:

@@ -13,8 +13,6 @@ import os
 import signal
 from dataclasses import dataclass
 
-import psutil
-
 from gpuconsole.core.model import GpuProcess
 from gpuconsole.telemetry.agent import reused_pid
 
@@ -27,6 +25,8 @@ class SignalResult:
 
 def send_here(process: GpuProcess, sig: signal.Signals) -> SignalResult:
     """``sig`` to the process on this machine, if it is still the one that was read."""
+    import psutil  # here, not at the console's start: only a signal sent needs it
+
     reused = reused_pid(process.pid, process.started)
     if reused is not None:
         return SignalResult(False, reused)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import secrets
 import stat
 import sys
 from pathlib import Path
@@ -106,7 +105,7 @@ def _replace(output: Path, data: bytes) -> None:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
         return
-    temporary = output.with_name(f".{output.name}.{secrets.token_hex(4)}.tmp")
+    temporary = output.with_name(f".{output.name}.{os.urandom(4).hex()}.tmp")
     made = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
     try:
         with os.fdopen(made, "wb") as out:
