@@ -125,7 +125,7 @@ def test_the_console_loads_the_http_client_only_to_send_or_query() -> None:
 
 
 LATER = {
-    "psutil": "signalling a process, or the local host's process owners at the first reading",
+    "psutil": "signalling a process, or the first reading of this host (its XIDs' boot time)",
     "tomllib": "reading an inventory file",
     "secrets": "nothing: a temporary file's name takes os.urandom",
     "hashlib": "the demo's simulated rack, or an SSH host's known hosts",
@@ -138,6 +138,7 @@ import sys
 import gpuconsole.cli.main
 from gpuconsole.ui.app import GpuConsoleApp
 from gpuconsole.telemetry.local import local_source
+from gpuconsole.telemetry.nvml import NvmlSource
 print(" ".join(sorted(m for m in sys.argv[1:] if m in sys.modules)))
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
+import psutil
 import pytest
 
 from gpuconsole.core.model import XidEvent
@@ -175,7 +176,7 @@ def test_read_kernel_xids_falls_back_to_plain_dmesg(monkeypatch: pytest.MonkeyPa
     plain = (0, "[   10.000000] NVRM: Xid (PCI:0000:3b:00): 63, Row Remapper\n", "")
     run = FakeRun({"dmesg --time-format iso": busybox, "dmesg": plain})
     monkeypatch.setattr(kernel_log.subprocess, "run", run)
-    monkeypatch.setattr(kernel_log.psutil, "boot_time", lambda: EPOCH)
+    monkeypatch.setattr(psutil, "boot_time", lambda: EPOCH)
     assert [(e.xid, e.time) for e in read_kernel_xids(BUS)] == [(63, EPOCH + 10.0)]
 
 

@@ -15,8 +15,6 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-import psutil
-
 from gpuconsole.core.model import XidEvent
 
 PciAddress = tuple[int, int, int]
@@ -118,6 +116,8 @@ def _run(command: Sequence[str]) -> str | None:
 def read_kernel_xids(bus_to_gpu: Mapping[str, int]) -> list[XidEvent]:
     """This boot's XID events from the journal, else from ``dmesg``; [] when neither can be read
     (no permission, no such tool). Never raises."""
+    import psutil  # here: the NVML source is made at the console's start, this runs on a reading
+
     for command in _COMMANDS:
         output = _run(command)
         if output is not None:
