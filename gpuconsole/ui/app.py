@@ -252,6 +252,9 @@ class GpuConsoleApp(App[None]):
             self.push_screen(FleetScreen())
             return
         self.push_screen(FleetScreen())
+        self.call_after_refresh(self._start_reading)
+
+    def _start_reading(self) -> None:
         self.run_worker(
             self._read_start,
             thread=True,
