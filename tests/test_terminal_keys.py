@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pty
 import queue
 import selectors
 import threading
@@ -30,6 +31,8 @@ class Reader:
     thread: threading.Thread
     delivered: queue.Queue[Message] = field(default_factory=queue.Queue)
     timeouts: list[float | None] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+    """When the input was found ended (`read_keys`'s ``ended``)."""
 
     def next_key(self, within: float = 5.0) -> str:
         while True:
@@ -51,10 +54,14 @@ def reader(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reader]:
     read_fd, write_fd = os.pipe()
     stopping = WakingEvent()
     delivered: queue.Queue[Message] = queue.Queue()
+    ends: list[float] = []
     thread = threading.Thread(
-        target=read_keys, args=(read_fd, XTermParser(), delivered.put, stopping), daemon=True
+        target=read_keys,
+        args=(read_fd, XTermParser(), delivered.put, stopping),
+        kwargs={"ended": lambda: ends.append(time.monotonic())},
+        daemon=True,
     )
-    found = Reader(write_fd, stopping, thread, delivered, timeouts)
+    found = Reader(write_fd, stopping, thread, delivered, timeouts, ends)
     thread.start()
     yield found
     stopping.set()
@@ -104,9 +111,39 @@ def test_at_the_end_of_the_input_it_waits_to_be_stopped_without_spinning(reader:
     time.sleep(0.3)
     assert len(reader.timeouts) <= 3
     assert reader.thread.is_alive()
+    assert len(reader.ends) == 1  # the driver is told once: it leaves as on a hang-up
     reader.stopping.set()
     reader.thread.join(5)
     assert not reader.thread.is_alive()
+
+
+def test_a_terminal_whose_other_side_closed_ends_the_input_once() -> None:
+    """A pseudo-terminal whose other side is closed fails its reads with EIO: that ends the
+    input as an empty read does, and does not end the thread with an error."""
+    master, slave = pty.openpty()
+    stopping = WakingEvent()
+    ends: list[float] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            read_keys(slave, XTermParser(), lambda _: None, stopping, ended=lambda: ends.append(1))
+        except BaseException as error:  # the test reports it
+            failed.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    os.close(master)
+    deadline = time.monotonic() + 5
+    while not ends and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ends == [1]
+    assert thread.is_alive() and not failed
+    stopping.set()
+    thread.join(5)
+    assert not thread.is_alive() and not failed
+    os.close(slave)
+    stopping.close()
 
 
 def test_a_restarted_thread_forgets_the_wake_that_stopped_the_last() -> None:

@@ -61,13 +61,13 @@ def _controlling_terminal() -> None:
 class Pty:
     """A child in a pseudo-terminal of 80x24: what it wrote, and the terminal's settings."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], controlling: bool = True) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
         self.settings = termios.tcgetattr(slave)
         self.child = subprocess.Popen(
             argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT,
-            start_new_session=True, preexec_fn=_controlling_terminal,
+            start_new_session=True, preexec_fn=_controlling_terminal if controlling else None,
         )  # fmt: skip
         os.close(slave)
         self.output = bytearray()
@@ -114,8 +114,8 @@ class Pty:
 def in_pty() -> Iterator[Callable[..., Pty]]:
     started: list[Pty] = []
 
-    def start(argv: list[str], env: dict[str, str]) -> Pty:
-        started.append(Pty(argv, env))
+    def start(argv: list[str], env: dict[str, str], controlling: bool = True) -> Pty:
+        started.append(Pty(argv, env, controlling))
         return started[-1]
 
     yield start
@@ -341,14 +341,21 @@ def test_a_stop_signal_while_the_rack_is_primed_restores_the_terminal_at_once(
     assert console.finish(60) == 128 + signal.SIGTERM
 
 
+@pytest.mark.parametrize(
+    "controlling", [True, False], ids=["hang-up signal", "not its controlling terminal"]
+)
 def test_a_hang_up_with_the_terminal_gone_exits_and_closes_the_recording(
-    tmp_path: Path, in_pty: Callable[..., Pty]
+    tmp_path: Path, in_pty: Callable[..., Pty], controlling: bool
 ) -> None:
     """The SSH session dropped: the terminal is gone and the kernel sends SIGHUP. SIGHUP killed
     the console outright, its recording's session left open; now it closes the recording and
-    exits, though nothing is left to restore or write to."""
+    exits, though nothing is left to restore or write to. A terminal that was not the console's
+    controlling terminal sends no SIGHUP: its failed writes and ended input are taken as one
+    (the console used to wait on its writer for good, the recording held)."""
     recording = tmp_path / "rec.sqlite"
-    console = in_pty([*CONSOLE, "--record", str(recording)], environment(tmp_path))
+    console = in_pty(
+        [*CONSOLE, "--record", str(recording)], environment(tmp_path), controlling=controlling
+    )
     assert console.read(shown, 60), bytes(console.output[-2000:])
     assert recording_begun(recording)
     os.close(console.master)

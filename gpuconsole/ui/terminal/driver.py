@@ -6,8 +6,9 @@ unknown: the driver notes every size Textual is told (the SIGWINCH path asks
 next write, on the app's thread, starts from an unknown screen of that size. Textual repaints
 the whole screen after a resize, so that repaint is written in full.
 
-`StoppingDriver`, under it, makes SIGTERM and SIGHUP leave the terminal as `q` does, and
-`QuietInputDriver`, under that, reads the keys on a thread that sleeps until there are some.
+`StoppingDriver`, under it, makes SIGTERM and SIGHUP leave the terminal as `q` does, and a
+terminal that is gone without a SIGHUP too; `QuietInputDriver`, under that, reads the keys on a
+thread that sleeps until there are some.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import os
 import signal
 import termios
 import threading
+from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from textual import events
 from textual._xterm_parser import XTermParser
@@ -61,7 +63,16 @@ class QuietInputDriver(LinuxDriver):
 
     def run_input_thread(self) -> None:
         assert self._stopping is not None  # start_application_mode starts this thread
-        read_keys(self.fileno, XTermParser(self._debug), self.process_message, self._stopping)
+        read_keys(
+            self.fileno,
+            XTermParser(self._debug),
+            self.process_message,
+            self._stopping,
+            ended=self.terminal_gone,
+        )
+
+    def terminal_gone(self) -> None:
+        """The terminal's input ended (in raw mode only a terminal that is gone does that)."""
 
     def close(self) -> None:
         super().close()
@@ -79,6 +90,12 @@ class StoppingDriver(QuietInputDriver):
     + the signal's number, as a shell reports a process a signal ended. Where that way out has not
     restored the terminal after `STOP_GRACE_S`, or at a second signal, the driver restores it
     itself and ends the process.
+
+    A terminal that goes away sends SIGHUP only to a session it is the controlling terminal of;
+    one that was not (a program that opened a pseudo-terminal without making it so) goes
+    silently: its output fails (EIO) and its input ends. Textual's writer thread ended at the
+    first failed write, after which the app's writes filled its queue and the console waited
+    for good, its recording held. Either sign of a terminal gone is taken as a SIGHUP.
     """
 
     def __init__(
@@ -93,13 +110,21 @@ class StoppingDriver(QuietInputDriver):
         self._before: dict[int, Any] = {}
         """The handlers the stop signals had before application mode."""
         self._stopped_by: int | None = None
+        self._signalled = False
+        """A stop signal came: a second one restores the terminal and ends the process at
+        once."""
         self._grace: threading.Timer | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+        """The app's loop, where a terminal gone from another thread asks the app to exit
+        (not Textual's own ``_loop``, which its driver posts messages to)."""
 
     def start_application_mode(self) -> None:
+        if not isinstance(self._file, TerminalOutput):  # Textual's writer thread writes through it
+            self._file = TerminalOutput(self._file, self.terminal_gone)
+        self._event_loop = asyncio.get_running_loop()
         super().start_application_mode()
         if threading.current_thread() is threading.main_thread():  # where signals are handled
-            loop = asyncio.get_running_loop()
-            caught = functools.partial(self._caught, loop)
+            caught = functools.partial(self._caught, self._event_loop)
             self._before = {number: signal.signal(number, caught) for number in STOP_SIGNALS}
 
     def stop_application_mode(self) -> None:
@@ -113,8 +138,18 @@ class StoppingDriver(QuietInputDriver):
     def _caught(
         self, loop: asyncio.AbstractEventLoop, number: int, _frame: FrameType | None
     ) -> None:
-        if self._stopped_by is not None:
+        if self._signalled:
             self._stop_now()
+        self._signalled = True
+        if self._stopped_by is None:  # not already leaving for a terminal gone
+            self._leave(loop, number)
+
+    def terminal_gone(self) -> None:
+        """Leave as on SIGHUP (from the writer or the input thread), unless already leaving."""
+        if self._stopped_by is None and self._event_loop is not None:
+            self._leave(self._event_loop, signal.SIGHUP)
+
+    def _leave(self, loop: asyncio.AbstractEventLoop, number: int) -> None:
         self._stopped_by = number
         self._grace = threading.Timer(STOP_GRACE_S, self._stop_now)
         self._grace.daemon = True
@@ -134,6 +169,38 @@ class StoppingDriver(QuietInputDriver):
         except (OSError, termios.error):
             pass  # the terminal is gone: nothing to restore
         os._exit(128 + (self._stopped_by or signal.SIGTERM))
+
+
+class TerminalOutput:
+    """The terminal's output as Textual's writer thread writes it: once a write or a flush fails
+    (the terminal is gone), it calls ``gone`` and drops everything after, so that the thread
+    lives on and the app's writes, queued for it, never wait on a terminal that is not there."""
+
+    def __init__(self, file: TextIO, gone: Callable[[], None]) -> None:
+        self._file = file
+        self._gone = gone
+        self._lost = False
+
+    def write(self, text: str) -> None:
+        if not self._lost:
+            self._attempt(self._file.write, text)
+
+    def flush(self) -> None:
+        if not self._lost:
+            self._attempt(self._file.flush)
+
+    def _attempt(self, call: Callable[..., object], *args: str) -> None:
+        try:
+            call(*args)
+        except (OSError, ValueError):  # EIO, EPIPE; ValueError: the file was closed
+            self._lost = True
+            self._gone()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
 
 
 class DiffDriver(StoppingDriver):

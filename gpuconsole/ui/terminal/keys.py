@@ -75,10 +75,12 @@ def read_keys(
     parser: Parser[Message],
     deliver: Callable[[Message], None],
     stopping: WakingEvent,
+    ended: Callable[[], None] = lambda: None,
 ) -> None:
     """Read ``fileno`` until ``stopping`` is set, giving ``deliver`` every event ``parser``
-    makes of the input and every one its timeouts release. At the end of the input (a closed
-    terminal) it only waits to be stopped."""
+    makes of the input and every one its timeouts release. At the end of the input (a terminal
+    that is gone reads as empty, or fails with EIO) it calls ``ended`` once and only waits to
+    be stopped."""
     decode = getincrementaldecoder("utf-8")(errors="replace").decode
     stopping.drain()
     with selectors.SelectSelector() as selector:
@@ -94,9 +96,13 @@ def read_keys(
                 if key.fd != fileno:
                     stopping.drain()
                     continue
-                data = os.read(fileno, 4096)
+                try:
+                    data = os.read(fileno, 4096)
+                except OSError:  # EIO: a pseudo-terminal whose other side is closed
+                    data = b""
                 if not data:
                     selector.unregister(fileno)
+                    ended()
                     break
                 text = decode(data)
                 if text:  # not only the start of a character: to the parser, "" is the end
