@@ -10,6 +10,7 @@ from gpuconsole.ui.screens.help import HelpScreen
 from gpuconsole.ui.screens.host import HostScreen
 from gpuconsole.ui.screens.topology import TopologyScreen
 from gpuconsole.ui.widgets.keyed_table import KeyedTable
+from gpuconsole.ui.widgets.trend_line import TrendLine
 
 
 def row_keys(screen, table_id: str) -> list[str]:
@@ -154,10 +155,10 @@ async def test_host_screen_trend_follows_the_cursor(make_app) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(HostScreen("h100-02"))
         await pilot.pause()
-        trend = app.screen.query_one("#trend-util").render()
-        assert "GPU 0 util" in str(trend)
+        trend = app.screen.query_one("#trend-util", TrendLine)
+        assert trend.plain.startswith("GPU 0 util ")
         await pilot.press("down")
-        assert "GPU 1 util" in str(app.screen.query_one("#trend-util").render())
+        assert trend.plain.startswith("GPU 1 util ")
 
 
 async def test_next_host_key_moves_through_the_fleet_as_it_is_listed(make_app) -> None:

@@ -42,6 +42,7 @@ from gpuconsole.ui.widgets.fitted_lines import FittedLines
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
 from gpuconsole.ui.widgets.steady import Steady
 from gpuconsole.ui.widgets.trend import sparkline
+from gpuconsole.ui.widgets.trend_line import TrendLine
 
 if TYPE_CHECKING:
     from gpuconsole.actions.service import Change
@@ -293,7 +294,7 @@ class HostScreen(ConsoleScreen):
         yield KeyedTable(id="gpus")
         with Horizontal(id="trends"):
             for _, label, _, _, _ in _TRENDS:
-                yield Steady(id=f"trend-{label}", classes="trend")
+                yield TrendLine(id=f"trend-{label}", classes="trend")
         with Vertical(id="host-lists"):  # the rows the two lists share
             yield KeyedTable(id="processes")
             with Vertical(id="findings-panel"):  # its border is not repainted with the findings
@@ -462,22 +463,20 @@ class HostScreen(ConsoleScreen):
         snapshot = self.store.latest(self.host)
         state = snapshot.gpu(gpu) if snapshot is not None and gpu is not None else None
         for field, label, unit, low, high in _TRENDS:
-            widget = self.query_one(f"#trend-{label}", Steady)
+            widget = self.query_one(f"#trend-{label}", TrendLine)
             width = max(8, (widget.size.width or 38) - _TREND_LABEL_WIDTH)
             values = self.store.series(self.host, gpu, field, width) if gpu is not None else []
             top = high if high is not None else (state.power_limit_w if state else None)
             if not values or top is None:
-                widget.show(
-                    Text(f"GPU {gpu if gpu is not None else '-'} {label}: N/A", style="dim")
-                )
+                widget.show([(f"GPU {gpu if gpu is not None else '-'} {label}: N/A", "dim")])
                 continue
             now = values[-1]
             widget.show(
-                Text.assemble(
+                [
                     (f"GPU {gpu} {label} ", "dim"),
                     (sparkline(values, low, top, width), self._trend_style(label, now)),
-                    f" {now:.0f}{unit}",
-                )
+                    (f" {now:.0f}{unit}", ""),
+                ]
             )
 
     def _trend_style(self, label: str, now: float) -> str:
