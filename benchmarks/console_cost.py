@@ -25,7 +25,9 @@ Cases (all run at the same time, each in its own pty, unless --serial):
 - ``local-host-160x48``, ``local-host-80x24``: ``gpuconsole`` on this host's GPUs (NVML), Enter
   on it (skipped without NVML);
 - ``nvitop-160x48``, ``nvitop-80x24``: ``python -m nvitop --interval 1`` (skipped without
-  nvitop or NVML), the reference.
+  nvitop or NVML), the reference;
+- ``textual-floor-160x48``: a bare Textual app of a Static and a DataTable with the fleet's
+  headings (`FLOOR_APP`), the first frame Textual itself allows on this machine.
 
 It prints one line per case and then one JSON line with every figure.
 """
@@ -55,6 +57,22 @@ from process_tree import tree_cpu_seconds, tree_rss_mib
 
 REPO = Path(__file__).resolve().parent.parent
 CONSOLE = [sys.executable, "-m", "gpuconsole"]
+FLOOR_APP = """
+from textual.app import App
+from textual.widgets import DataTable, Static
+
+
+class Floor(App):
+    def compose(self):
+        yield Static("gpuconsole")
+        table = DataTable()
+        table.add_columns("Host", "State", "GPUs", "Worst problem")
+        yield table
+
+
+Floor().run()
+"""
+"""The least a Textual app paints: what the console's first frame cannot be quicker than."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,13 @@ def cases() -> list[Case]:
         Case("local-host-80x24", local, (80, 24), *ours, host_keys, ("pynvml",)),
         Case("nvitop-160x48", nvitop, (160, 48), "NVITOP", "NVITOP", (), ("nvitop",)),
         Case("nvitop-80x24", nvitop, (80, 24), "NVITOP", "NVITOP", (), ("nvitop",)),
+        Case(
+            "textual-floor-160x48",
+            [sys.executable, "-c", FLOOR_APP],
+            (160, 48),
+            "Worst problem",
+            "Worst problem",
+        ),
     ]
 
 
