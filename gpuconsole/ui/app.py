@@ -255,6 +255,8 @@ class GpuConsoleApp(App[None]):
         self.call_after_refresh(self._start_reading)
 
     def _start_reading(self) -> None:
+        """Read the hosts' recent past and a first round on a thread, once the first frame is
+        painted: started sooner, the thread shares the interpreter with that frame."""
         self.run_worker(
             self._read_start,
             thread=True,
