@@ -224,6 +224,67 @@ SMI_NO_DRIVER = (  # nvidia-smi's message when the driver is not loaded (exit 9)
 )
 
 
+def nvidia_gpus_in_sysfs() -> int | None:
+    """This machine's NVIDIA display controllers as Python reads sysfs; None without it."""
+    devices = Path("/sys/bus/pci/devices")
+    if not devices.is_dir():
+        return None
+    return sum(
+        1
+        for device in devices.iterdir()
+        if (device / "vendor").read_text().strip() == "0x10de"
+        and (device / "class").read_text().startswith("0x03")
+    )
+
+
+def driver_module_missing() -> CommandOutput:
+    return out(probes.DRIVER_VERSION, code=1, stderr="cat: /proc/driver/nvidia/version: No such")
+
+
+@pytest.mark.parametrize(
+    "classes",
+    ["", "0x040300\n", "0x068000\n0x068000\n"],
+    ids=["nothing of NVIDIA", "an audio function", "NVSwitches"],
+)
+def test_no_nvidia_gpu_on_the_bus_says_so_and_not_modprobe(classes: str) -> None:
+    bus = out(probes.NVIDIA_PCI, classes)
+    verdict = judge(
+        "driver-loaded", {probes.DRIVER_VERSION: driver_module_missing(), probes.NVIDIA_PCI: bus}
+    )
+    assert verdict.status is Status.FAIL
+    assert verdict.summary.startswith("no NVIDIA GPU on this machine")
+    assert_remedied(verdict, "lspci -d 10de:", "passed through")
+    assert verdict.remediation is not None and "modprobe" not in verdict.remediation
+
+
+@pytest.mark.parametrize(
+    ("bus", "gpus"),
+    [
+        (out(probes.NVIDIA_PCI, "0x030200\n0x040300\n"), 1),  # a 3D controller and its audio
+        (out(probes.NVIDIA_PCI, "0x030000\n"), 1),  # a VGA controller
+        (out(probes.NVIDIA_PCI, code=2, stderr="sh: cd: can't cd to /sys/bus/pci/devices"), None),
+        (out(probes.NVIDIA_PCI, code=None), None),  # timed out
+    ],
+)
+def test_a_gpu_on_the_bus_or_a_bus_unknown_gets_the_causes_of_a_module_not_loaded(
+    bus: CommandOutput, gpus: int | None
+) -> None:
+    evidence = {probes.NVIDIA_PCI.name: bus}
+    assert probes.nvidia_gpus_on_bus(evidence) == gpus
+    verdict = judge(
+        "driver-loaded", {probes.DRIVER_VERSION: driver_module_missing(), probes.NVIDIA_PCI: bus}
+    )
+    assert verdict.status is Status.FAIL
+    assert_remedied(verdict, "modprobe nvidia", "Secure Boot")
+
+
+def test_the_bus_probe_counts_what_sysfs_shows() -> None:
+    """The probe's shell command, run here, against this machine's sysfs as Python reads it."""
+    probe = probes.NVIDIA_PCI
+    output = asyncio.run(LocalShell().run(probe.command, probe.timeout))
+    assert probes.nvidia_gpus_on_bus({probe.name: output}) == nvidia_gpus_in_sysfs()
+
+
 def test_smi_exit_9_names_code_and_meaning() -> None:
     verdict = judge("nvidia-smi", {probes.SMI: out(probes.SMI, SMI_NO_DRIVER, code=9)})
     assert verdict.status is Status.FAIL
@@ -719,6 +780,8 @@ def test_probes_run_for_real_without_a_driver() -> None:
             assert result.remediation, result.id
     loaded = results["driver-loaded"]
     assert loaded.status is Status.FAIL
-    assert loaded.remediation is not None and "modprobe nvidia" in loaded.remediation
+    no_gpu = nvidia_gpus_in_sysfs() == 0
+    assert loaded.remediation is not None
+    assert ("lspci -d 10de:" if no_gpu else "modprobe nvidia") in loaded.remediation
     assert results["cuda-driver"].status is Status.SKIP
     assert results["pytorch"].status is Status.SKIP

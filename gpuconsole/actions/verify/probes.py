@@ -60,6 +60,13 @@ SMI = Probe("smi", "nvidia-smi")
 the driver and the CUDA version the driver supports."""
 SMI_QUERY = Probe("smi-query", f"nvidia-smi --query-gpu={','.join(SMI_FIELDS)} --format=csv")
 """One CSV row per GPU, with a header line (the fields above)."""
+NVIDIA_PCI = Probe(
+    "nvidia-pci",
+    "cd /sys/bus/pci/devices && { for d in *; do grep -qsx 0x10de $d/vendor && cat $d/class; "
+    "done; true; }",
+)
+"""The PCI class of every NVIDIA device on the bus (vendor 0x10de: GPUs are class 0x03....,
+their audio functions and NVSwitches other classes), one per line; it fails without sysfs."""
 KERNEL_MODULES = Probe("modules", "cat /proc/modules")
 """Loaded kernel modules, one per line, name first (what `lsmod` reads)."""
 UNAME = Probe("uname", "uname -r")
@@ -97,6 +104,15 @@ def driver_module_version(output: CommandOutput) -> str | None:
             words = [w for w in line.split() if w[:1].isdigit() and "." in w]
             return words[0] if words else None
     return None
+
+
+def nvidia_gpus_on_bus(evidence: Evidence) -> int | None:
+    """How many NVIDIA display controllers (GPUs) the PCI bus shows; None when not known (no
+    sysfs, the probe not run or failed)."""
+    output = evidence.get(NVIDIA_PCI.name)
+    if output is None or not output.ok:
+        return None
+    return sum(1 for line in output.stdout.split() if line.startswith("0x03"))
 
 
 def smi_cuda_version(output: CommandOutput) -> str | None:

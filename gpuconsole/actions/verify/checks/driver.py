@@ -26,6 +26,13 @@ _LOAD_THE_DRIVER = (
 )
 
 
+_NO_GPU = (
+    "There is nothing for a driver to drive: check that the GPU is seated, powered and enabled "
+    "in the firmware, or passed through to this VM or container; `lspci -d 10de:` lists the "
+    "NVIDIA devices the bus shows."
+)
+
+
 def _judge_driver_loaded(evidence: Evidence, context: Context) -> Verdict:
     output = evidence[probes.DRIVER_VERSION.name]
     version = probes.driver_module_version(output)
@@ -36,6 +43,13 @@ def _judge_driver_loaded(evidence: Evidence, context: Context) -> Verdict:
         )
     if output.timed_out:
         return no_answer(probes.DRIVER_VERSION, Status.FAIL, _LOAD_THE_DRIVER)
+    if probes.nvidia_gpus_on_bus(evidence) == 0:
+        return Verdict(
+            Status.FAIL,
+            "no NVIDIA GPU on this machine: its PCI bus shows no NVIDIA display controller",
+            evidence[probes.NVIDIA_PCI.name].lines(),
+            _NO_GPU,
+        )
     return Verdict(
         Status.FAIL,
         "the NVIDIA kernel module is not loaded (no /proc/driver/nvidia/version)",
@@ -155,7 +169,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "driver-loaded",
         "NVIDIA kernel module loaded",
-        (probes.DRIVER_VERSION,),
+        (probes.DRIVER_VERSION, probes.NVIDIA_PCI),
         _judge_driver_loaded,
     ),
     Check("nvidia-smi", "nvidia-smi answers", (probes.SMI,), _judge_smi),
