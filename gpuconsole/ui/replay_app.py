@@ -154,10 +154,11 @@ class ReplayApp(GpuConsoleApp):
         damage; one that failed says why."""
         if event.worker.group not in ("check", "replay", "poll"):
             return
-        if event.worker.group == "poll" and event.state is WorkerState.SUCCESS:
-            self.apply_readings(event.worker.result or [])
-        if event.state is WorkerState.ERROR and event.worker.group == "poll":
-            self.reading_failed(event.worker.error)
+        if event.worker.group == "poll":
+            if event.state is WorkerState.SUCCESS:
+                self.apply_readings(event.worker.result or [])
+            elif event.state is WorkerState.ERROR:
+                self.reading_failed(event.worker.error)
         elif event.state is WorkerState.ERROR:
             self.notify(f"reading the recording failed: {event.worker.error}", severity="error")
         if event.state in (WorkerState.SUCCESS, WorkerState.ERROR):
