@@ -211,7 +211,7 @@ def test_the_table_gives_urls_resend_and_timeout(tmp_path: Path) -> None:
         ('[alertmanager]\nresend = "999ms"', "resend: '999ms' is not between 1s and 3600s"),
         ('[alertmanager]\nresend = "2h"', "resend: '2h' is not between 1s and 3600s"),
         ('[alertmanager]\ntimeout = "10m"', "timeout: '10m' is not between 0.1s and 300s"),
-        ("[alertmanagers]", "unknown key 'alertmanagers' (keys: disable, [[rule]], [alert"),
+        ("[alertmanagers]", "unknown key 'alertmanagers' (keys: disable, enable, [[rule]], [alert"),
     ],
 )
 def test_a_bad_table_is_one_line_naming_the_file_and_key(

@@ -6,7 +6,7 @@ from conftest import EPOCH, NOW
 
 from gpuconsole.core import xid as xids
 from gpuconsole.core.model import GpuState, HostSnapshot, Severity, XidEvent
-from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.defaults import BUILT_IN_RULES, DEFAULT_RULES
 from gpuconsole.fleet.alerts.engine import FIRING, PENDING, Alert, AlertEngine
 from gpuconsole.fleet.alerts.rules import rule_from_dict
 from gpuconsole.fleet.poller import collect
@@ -193,10 +193,10 @@ def test_replay_gives_what_evaluating_at_every_reading_gives() -> None:
                 history.append(rack.read(host, t + offset / 20))
             except HostUnreachable:
                 continue
-    stepwise = AlertEngine(DEFAULT_RULES)
+    stepwise = AlertEngine(BUILT_IN_RULES)
     for when in sorted({s.time for s in history}):
         stepwise.evaluate([s for s in history if s.time == when], when)
-    replayed = AlertEngine(DEFAULT_RULES).replay(reversed(history))
+    replayed = AlertEngine(BUILT_IN_RULES).replay(reversed(history))
 
     def seen(alerts: list[Alert]) -> list[tuple[object, ...]]:
         return [(a.key, a.state, a.since, a.message) for a in alerts]

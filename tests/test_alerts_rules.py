@@ -10,7 +10,7 @@ from cli_runner import gpuconsole
 from gpuconsole.core import paths
 from gpuconsole.core.model import GpuState, HostSnapshot, Severity, XidEvent
 from gpuconsole.fleet.alerts.config import load_rules
-from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.defaults import BUILT_IN_RULES, CAPACITY_RULES, DEFAULT_RULES
 from gpuconsole.fleet.alerts.expr import READINGS, ExprError, parse
 from gpuconsole.fleet.alerts.rules import RuleError, parse_duration, rule_from_dict
 
@@ -198,7 +198,7 @@ def test_bad_rules_name_the_rule_and_the_problem(table: dict, complaint: str) ->
 
 
 def test_default_rules_follow_the_guide() -> None:
-    rules = {rule.name: rule for rule in DEFAULT_RULES}
+    rules = {rule.name: rule for rule in BUILT_IN_RULES}
     utilization = rules["gpu-utilization-high"]
     assert utilization.condition is not None
     assert utilization.condition.text == "utilization_pct > 95"
@@ -213,6 +213,18 @@ def test_default_rules_follow_the_guide() -> None:
     assert rules["gpu-link-degraded"].findings == ("pcie-degraded",)
 
 
+def test_the_default_rules_page_for_faults_and_leave_capacity_to_the_findings() -> None:
+    """A busy GPU, its memory in use, its power at the limit: what training does, a finding
+    (mem-pressure, power-cap) and no page; the capacity rules are built in, but off."""
+    on = {rule.name for rule in DEFAULT_RULES}
+    capacity = {rule.name for rule in CAPACITY_RULES}
+    assert capacity == {"gpu-utilization-high", "gpu-memory-high", "gpu-power-at-limit"}
+    assert not on & capacity
+    assert {"gpu-xid", "gpu-ecc", "gpu-throttling", "gpu-temperature-high"} <= on
+    watched = {code for rule in DEFAULT_RULES for code in rule.findings}
+    assert not watched & {"mem-pressure", "power-cap", "idle-memory-held"}
+
+
 # --- the alerts file ------------------------------------------------------------------------------
 
 
@@ -224,7 +236,8 @@ def test_file_adds_replaces_and_disables(tmp_path: Path) -> None:
     path = tmp_path / "alerts.toml"
     path.write_text(
         """
-disable = ["gpu-power-at-limit"]
+disable = ["gpu-ecc"]
+enable = ["gpu-power-at-limit", "gpu-memory-high"]
 
 [[rule]]
 name = "gpu-temperature-high"
@@ -243,7 +256,10 @@ labels = { team = "ml-infra" }
 """
     )
     rules = {rule.name: rule for rule in load_rules(path)}
-    assert "gpu-power-at-limit" not in rules
+    assert "gpu-ecc" not in rules
+    assert "gpu-utilization-high" not in rules
+    assert rules["gpu-power-at-limit"] in CAPACITY_RULES
+    assert rules["gpu-memory-high"].severity is Severity.WARNING
     assert rules["gpu-temperature-high"].severity is Severity.CRITICAL
     assert rules["gpu-temperature-high"].for_seconds == 30
     assert rules["gpu-idle-but-full"].labels == (("team", "ml-infra"),)
@@ -266,6 +282,9 @@ def test_file_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         ),
         ('[[rule]]\nexpr = "temperature_c > 85"\n', "rule #1: a missing name"),
         ('disable = ["gpu-nope"]\n', "no built-in rule 'gpu-nope'"),
+        ('disable = ["gpu-memory-high"]\n', "'gpu-memory-high' is on (it is off unless enabled)"),
+        ('enable = ["gpu-xid"]\n', "enable: 'gpu-xid' is not a capacity rule"),
+        ('enable = "gpu-memory-high"\n', "enable must be a list of rule names"),
         ("rules = []\n", "unknown key 'rules'"),
         ("[[rule]\n", "line 1"),
         (

@@ -15,7 +15,7 @@ from promserver import promtool, promtool_available
 
 from gpuconsole.core.model import GpuState, HostSnapshot
 from gpuconsole.fleet.alerts.config import merge_rules
-from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.defaults import BUILT_IN_RULES, DEFAULT_RULES
 from gpuconsole.fleet.alerts.expr import READINGS
 from gpuconsole.fleet.alerts.rules import rule_from_dict
 from gpuconsole.prom.rules_export import go_template, requirement, rule_expr, rules_yaml
@@ -95,13 +95,14 @@ def run_tests(tmp_path: Path, rules_text: str, tests: list[dict]) -> subprocess.
 
 
 def test_promql_of_the_default_rules() -> None:
-    exprs = {rule.name: rule_expr(rule, CLASSIC) for rule in DEFAULT_RULES}
+    exprs = {rule.name: rule_expr(rule, CLASSIC) for rule in BUILT_IN_RULES}
     assert exprs["gpu-utilization-high"] == "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL) > 95"
     assert exprs["gpu-temperature-high"] == "DCGM_FI_DEV_GPU_TEMP >= 85"
     assert "rate(" not in "".join(exprs.values())
     assert exprs["gpu-xid"] == 'gpuconsole_findings{code=~"xid|gpu-lost"} > 0'
     host_label = {
-        rule.name: rule_expr(rule, dcgm.Dialect.of("classic", "hostname")) for rule in DEFAULT_RULES
+        rule.name: rule_expr(rule, dcgm.Dialect.of("classic", "hostname"))
+        for rule in BUILT_IN_RULES
     }
     assert host_label["gpu-utilization-high"].startswith("avg by (hostname) (")
 
@@ -109,7 +110,7 @@ def test_promql_of_the_default_rules() -> None:
 def test_promql_of_dcgm_exporter_4_9_and_of_both() -> None:
     """4.9's names in base units, converted back; `or` of both names for both generations; a
     field outside the default collector file under either spelling, whatever the generation."""
-    current = {rule.name: rule_expr(rule, CURRENT) for rule in DEFAULT_RULES}
+    current = {rule.name: rule_expr(rule, CURRENT) for rule in BUILT_IN_RULES}
     assert current["gpu-utilization-high"] == (
         "avg by (hostname) ((DCGM_FI_DEV_GPU_UTIL_RATIO * 100)) > 95"
     )
@@ -122,7 +123,7 @@ def test_promql_of_dcgm_exporter_4_9_and_of_both() -> None:
     classic_names = {m.name for m in dcgm.BY_FIELD.values() if m.default and m.current}
     for expr in current.values():
         assert not set(re.findall(r"DCGM_FI_[A-Z0-9_]+", expr)) & classic_names, expr
-    both = {rule.name: rule_expr(rule, BOTH) for rule in DEFAULT_RULES}
+    both = {rule.name: rule_expr(rule, BOTH) for rule in BUILT_IN_RULES}
     assert both["gpu-temperature-high"] == (
         "(DCGM_FI_DEV_GPU_TEMP or DCGM_FI_DEV_GPU_TEMP_CELSIUS) >= 85"
     )
@@ -130,10 +131,10 @@ def test_promql_of_dcgm_exporter_4_9_and_of_both() -> None:
 
 
 def test_rules_outside_the_default_collectors_say_so() -> None:
-    needs = {rule.name: requirement(rule) for rule in DEFAULT_RULES}
+    needs = {rule.name: requirement(rule) for rule in BUILT_IN_RULES}
     assert needs["gpu-power-at-limit"] == POWER_NEEDS
     assert {name for name, need in needs.items() if need} == {"gpu-power-at-limit"}
-    text = rules_yaml(DEFAULT_RULES)
+    text = rules_yaml(BUILT_IN_RULES)
     assert f'      # "gpu-power-at-limit" {POWER_NEEDS}\n      - alert: "GpuPowerAtLimit"' in text
     assert text.count("not collect by default") == 1
 
@@ -153,16 +154,16 @@ def test_messages_become_prometheus_templates() -> None:
 @needs_promtool
 def test_promtool_check_rules_on_the_export(tmp_path: Path) -> None:
     path = tmp_path / "rules.yml"
-    path.write_text(rules_yaml(DEFAULT_RULES))
+    path.write_text(rules_yaml(BUILT_IN_RULES))
     result = promtool("check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(DEFAULT_RULES)} rules found" in result.stdout
+    assert f"SUCCESS: {len(BUILT_IN_RULES)} rules found" in result.stdout
 
 
 @needs_promtool
 def test_promtool_check_rules_can_fail(tmp_path: Path) -> None:
     path = tmp_path / "rules.yml"
-    path.write_text(rules_yaml(DEFAULT_RULES).replace(" >= 85", " >>= 85"))
+    path.write_text(rules_yaml(BUILT_IN_RULES).replace(" >= 85", " >>= 85"))
     assert promtool("check", "rules", str(path)).returncode != 0
 
 
@@ -294,7 +295,7 @@ def test_alert_unit_tests_pending_firing_resolved(tmp_path: Path, generation: st
             ],
         }
     ]
-    result = run_tests(tmp_path, rules_yaml(DEFAULT_RULES, DIALECTS[generation]), tests)
+    result = run_tests(tmp_path, rules_yaml(BUILT_IN_RULES, DIALECTS[generation]), tests)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
@@ -321,7 +322,7 @@ def test_alert_unit_tests_can_fail(tmp_path: Path) -> None:
             ],
         }
     ]
-    result = run_tests(tmp_path, rules_yaml(DEFAULT_RULES, CLASSIC), tests)
+    result = run_tests(tmp_path, rules_yaml(BUILT_IN_RULES, CLASSIC), tests)
     assert result.returncode != 0
     assert "GpuTemperatureHigh" in result.stdout + result.stderr
 
@@ -330,7 +331,7 @@ def test_alert_unit_tests_can_fail(tmp_path: Path) -> None:
 def test_the_guides_rule_never_fires_on_a_pinned_gpu(tmp_path: Path) -> None:
     """rate() of a gauge pinned at 100 % is 0: the guide's rule stays silent; ours fires."""
     (tmp_path / "guide.yml").write_text(GUIDE_RULE)
-    (tmp_path / "ours.yml").write_text(rules_yaml(DEFAULT_RULES, CLASSIC))
+    (tmp_path / "ours.yml").write_text(rules_yaml(BUILT_IN_RULES, CLASSIC))
     series = [gpu("DCGM_FI_DEV_GPU_UTIL", "n1", i, "100x10") for i in range(2)]
     spec = {
         "rule_files": ["guide.yml", "ours.yml"],
@@ -399,8 +400,10 @@ def test_cli_rules_export_writes_the_file(tmp_path: Path) -> None:
     result = gpuconsole("rules", "export", "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert out.read_text() == rules_yaml(DEFAULT_RULES, CURRENT)  # dcgm-exporter 4.9 by default
-    stdout = gpuconsole("rules", "export", "--host-label", "hostname")
-    assert stdout.returncode == 0
+    alerts = tmp_path / "alerts.toml"
+    alerts.write_text('enable = ["gpu-utilization-high"]\n')
+    stdout = gpuconsole("rules", "export", "--alerts", str(alerts), "--host-label", "hostname")
+    assert stdout.returncode == 0, stdout.stderr
     assert "avg by (hostname)" in stdout.stdout
     for generation, dialect in (("classic", dcgm.Dialect.of("classic")), ("both", BOTH)):
         chosen = gpuconsole("rules", "export", "--dcgm-exporter", generation)
@@ -474,7 +477,7 @@ def test_rules_for_both_generations_alert_on_a_mixed_fleet(tmp_path: Path) -> No
             ],
         }
     ]
-    result = run_tests(tmp_path, rules_yaml(DEFAULT_RULES, both), tests)
+    result = run_tests(tmp_path, rules_yaml(BUILT_IN_RULES, both), tests)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -485,7 +488,7 @@ _PROPERTY_RULES = tuple(
     for table in (
         *(
             {"name": r.name, "expr": r.condition.text, "for": r.for_text}
-            for r in DEFAULT_RULES
+            for r in BUILT_IN_RULES
             if r.condition is not None and r.scope == "gpu"
         ),
         {"name": "hot-idle", "expr": "temperature_c > 70 and utilization_pct < 5", "for": "1m"},

@@ -4,7 +4,8 @@ The file is ``--alerts FILE``, else ``$GPUCONSOLE_ALERTS``, else
 ``<XDG config dir>/gpuconsole/alerts.toml`` where it exists:
 
 ```toml
-disable = ["gpu-power-at-limit"]     # built-in rules to switch off
+disable = ["gpu-temperature-high"]   # built-in rules to switch off
+enable = ["gpu-memory-high"]         # capacity rules to switch on (off by default)
 
 [[rule]]                             # a new rule; one named like a built-in one replaces it
 name = "gpu-hot"
@@ -39,7 +40,7 @@ from gpuconsole.fleet.alerts.alertmanager import (
     AlertmanagerSettings,
     alertmanager_url,
 )
-from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
+from gpuconsole.fleet.alerts.defaults import CAPACITY_RULES, DEFAULT_RULES
 from gpuconsole.fleet.alerts.expr import shown
 from gpuconsole.fleet.alerts.rules import AlertRule, RuleError, parse_duration, rule_from_dict
 
@@ -50,7 +51,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 MAX_FILE_BYTES = 1 << 20
 """The largest alerts file read (a real one is a few kilobytes): more is refused unread."""
-_KEYS = frozenset({"disable", "rule", "alertmanager"})
+_KEYS = frozenset({"disable", "enable", "rule", "alertmanager"})
 _ALERTMANAGER_KEYS = frozenset({"urls", "resend", "timeout"})
 
 
@@ -116,19 +117,25 @@ def _read_toml(path: Path, source: str) -> dict[str, object]:
 
 
 def merge_rules(data: dict[str, object], source: str) -> tuple[AlertRule, ...]:
-    """The built-in rules, less those disabled, with the file's rules replacing or added."""
+    """The built-in rules, less those disabled, with the capacity rules enabled, and the file's
+    rules replacing or added."""
     unknown = sorted(set(data) - _KEYS)
     if unknown:
         raise RuleError(
-            f"{source}: unknown key {shown(unknown[0])} (keys: disable, [[rule]], [alertmanager])"
+            f"{source}: unknown key {shown(unknown[0])} "
+            "(keys: disable, enable, [[rule]], [alertmanager])"
         )
     rules = {rule.name: rule for rule in DEFAULT_RULES}
-    disable = data.get("disable", [])
-    if not isinstance(disable, list) or not all(isinstance(n, str) for n in disable):
-        raise RuleError(f"{source}: disable must be a list of rule names")
-    for name in disable:
+    capacity = {rule.name: rule for rule in CAPACITY_RULES}
+    for name in _names(data, "disable", source):
         if rules.pop(name, None) is None:
-            raise RuleError(f"{source}: disable: no built-in rule {shown(name)}")
+            off = " (it is off unless enabled)" if name in capacity else ""
+            raise RuleError(f"{source}: disable: no built-in rule {shown(name)} is on{off}")
+    for name in _names(data, "enable", source):
+        if name not in capacity:
+            names = ", ".join(capacity)
+            raise RuleError(f"{source}: enable: {shown(name)} is not a capacity rule ({names})")
+        rules[name] = capacity[name]
     tables = data.get("rule", [])
     if not isinstance(tables, list):
         raise RuleError(f"{source}: write rules as [[rule]] tables")
@@ -142,6 +149,13 @@ def merge_rules(data: dict[str, object], source: str) -> tuple[AlertRule, ...]:
         seen.add(rule.name)
         rules[rule.name] = rule
     return tuple(rules.values())
+
+
+def _names(data: dict[str, object], key: str, source: str) -> list[str]:
+    names = data.get(key, [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise RuleError(f"{source}: {key} must be a list of rule names")
+    return names
 
 
 def alertmanager_settings(data: dict[str, object], source: str) -> AlertmanagerSettings:

@@ -181,12 +181,13 @@ class AlertEngine:
         return since
 
     def active(self) -> list[Alert]:
-        """Pending and firing alerts: firing first, then the most severe, then the oldest."""
+        """Pending and firing alerts: the most severe first (a critical one pending before a
+        warning firing: it is the next page), firing before pending, then the oldest."""
         return sorted(
             self._active.values(),
             key=lambda a: (
-                a.state != FIRING,
                 -a.severity,
+                a.state != FIRING,
                 a.since,
                 a.host,
                 a.rule,
