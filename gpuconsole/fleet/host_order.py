@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 
 from gpuconsole.core.model import GpuProcess, HostState, Severity
+from gpuconsole.fleet.host_state import SHORT_WORDS, state_word
 from gpuconsole.fleet.store import FleetStore
 from gpuconsole.rules.summary import summarize
 
@@ -72,18 +73,6 @@ def fleet_order(store: FleetStore, by: str, text: str = "") -> list[str]:
     return sort_hosts(store, [h for h in store.hosts if host_matches(store, h, text)], by)
 
 
-STATE_WORDS = {
-    HostState.CONNECTING: "conn",
-    HostState.AUTH_FAILED: "auth",
-    HostState.HOST_KEY_MISMATCH: "hkey",
-    HostState.HOST_KEY_UNKNOWN: "nokey",
-    HostState.HOST_KEY_REVOKED: "rvkd",
-    HostState.REFUSED: "rfsd",
-    HostState.NO_DRIVER: "nodrv",
-    HostState.AGENT_ERROR: "agerr",
-}
-"""The short words the fleet's State column shows for these states, which the filter knows
-as well."""
 _WORDS_OF_SEVERITY = {
     Severity.CRITICAL: "crit critical",
     Severity.WARNING: "warn warning",
@@ -102,8 +91,8 @@ def host_matches(store: FleetStore, host: str, text: str) -> bool:
     if not terms:
         return True
     state = store.status(host).state
-    haystack = [host, state.value, STATE_WORDS.get(state, "")]
     snapshot = store.latest(host)
+    haystack = [host, state.value, SHORT_WORDS.get(state, ""), state_word(state, snapshot)]
     if snapshot is not None:
         haystack.extend(g.name or "" for g in snapshot.gpus)
         haystack.extend(f"{p.owner or ''} {p.user or ''}" for p in snapshot.processes)
