@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.cells import cell_len
 from rich.text import Text
 
 from gpuconsole.core.model import PcieLink, Severity
@@ -310,3 +313,35 @@ def test_sparkline_clamps_out_of_range_values() -> None:
 
 def test_sparkline_zero_span_is_flat() -> None:
     assert sparkline([3.0, 7.0], 5.0, 5.0, 2) == "▁▁"
+
+
+# --- wrapping -------------------------------------------------------------------------------------
+
+_WRAPPABLE = st.text(
+    alphabet=st.sampled_from([*"abcdefghij →:;.-/", "界", "🔥", "é"]), min_size=0, max_size=300
+)
+
+
+@settings(max_examples=300)
+@given(text=_WRAPPABLE, width=st.integers(1, 120), indent=st.integers(0, 8))
+def test_wrapped_rows_fit_and_keep_every_word(text: str, width: int, indent: int) -> None:
+    """For any text and width: no row wider than the width (a lone wide character on a row
+    narrower than it aside), the words in their order, each later row indented alike."""
+    rows = cells.wrap_text(Text(text, style="bold"), width, indent)
+    kept = min(indent, max(width, 1) // 2)
+    for number, row in enumerate(rows):
+        body = row.plain[kept:] if number else row.plain
+        assert cell_len(row.plain) <= width or len(body) == 1, (row.plain, width)
+        if number:
+            assert row.plain.startswith(" " * kept)
+    assert "".join(r.plain.replace(" ", "") for r in rows) == text.replace(" ", "")
+    assert all(span.style == "bold" for row in rows for span in row.spans)
+
+
+def test_a_finding_wraps_under_its_message() -> None:
+    line = Text("CRIT GPU 3 stopped answering → reboot the node; check its seating")
+    assert [row.plain for row in cells.wrap_text(line, 29, 5)] == [
+        "CRIT GPU 3 stopped answering",
+        "     → reboot the node; check",
+        "     its seating",
+    ]

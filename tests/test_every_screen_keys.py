@@ -169,10 +169,11 @@ async def test_y_copies_the_value_under_the_cursor(make_app) -> None:
         host = row_keys(app.screen, "fleet")[0]
         await pilot.press("y")
         assert app.clipboard == host
-        await pilot.press("enter")  # the host: its first GPU's UUID
+        await pilot.press("enter")  # the host: the UUID of its worst GPU, where the cursor starts
         snapshot = app.fleet.store.latest(host)
+        assert (host, app.screen.selected_gpu) == ("h100-01", 3)  # fallen off the bus
         await pilot.press("y")
-        assert app.clipboard == snapshot.gpus[0].uuid
+        assert app.clipboard == snapshot.gpu(3).uuid
         await pilot.press("tab", "y")  # the process list: the first process's PID
         first = app.screen.query_one("#processes", KeyedTable).cursor_key
         assert first is not None and app.clipboard == first.partition("/")[2]

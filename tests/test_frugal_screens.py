@@ -141,7 +141,7 @@ async def test_the_first_frame_does_not_wait_for_the_hosts_past(rack, clock) -> 
         await app.workers.wait_for_complete()
         await pilot.pause()
         title = str(app.screen.query_one("#title-bar").render())
-        assert "6 live" in title and "recent past" not in title
+        assert "5 live, 1 drain" in title and "recent past" not in title
         assert len(app.fleet.store.history("a100-01")) == 120
         # The same alerts as a console that read the past before its first frame.
         expected = AlertEngine(DEFAULT_RULES).replay(

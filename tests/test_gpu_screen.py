@@ -20,6 +20,7 @@ from textual.pilot import Pilot
 from gpuconsole.core.clock import ManualClock
 from gpuconsole.core.model import GpuState, HostSnapshot
 from gpuconsole.core.untrusted import vetted
+from gpuconsole.fleet.alerts.defaults import BUILT_IN_RULES
 from gpuconsole.fleet.record.reader import Recording
 from gpuconsole.fleet.record.when import clock
 from gpuconsole.fleet.store import HISTORY_READINGS
@@ -66,7 +67,7 @@ async def test_enter_on_a_gpu_of_the_host_screen_opens_that_gpu(make_app) -> Non
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(HostScreen("a100-01"))
         await pilot.pause()
-        await pilot.press("down", "down", "enter")
+        await pilot.press("home", "down", "down", "enter")
         await pilot.pause()
         assert (gpu_screen(app).host, gpu_screen(app).gpu) == THERMAL
         assert "a100-01 GPU 2" in text_of(app, "#gpu-head")
@@ -90,7 +91,7 @@ async def test_enter_on_a_triage_row_opens_its_gpu(make_app) -> None:
 
 
 async def test_enter_on_an_alert_opens_its_gpu_or_its_host(make_app) -> None:
-    app = make_app()
+    app = make_app(alert_rules=BUILT_IN_RULES)  # the capacity rules on: a host-wide one fires
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("a")
         await pilot.pause()

@@ -230,7 +230,7 @@ async def test_a_simulated_host_is_not_drained(make_app) -> None:
             assert isinstance(app.screen, HostScreen)
         shown = await notices(pilot)
         for change in ("drain", "resume"):
-            said = f"nothing to {change}: a simulated host has no scheduler to take it out of"
+            said = f"nothing to {change}: {DRAINED} is simulated, and so is its scheduler node"
             assert Notice(said, "warning") in shown, shown
 
 

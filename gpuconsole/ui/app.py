@@ -19,6 +19,7 @@ from gpuconsole.fleet.alerts.rules import AlertRule
 from gpuconsole.fleet.poller import HostReading, collect
 from gpuconsole.fleet.session import FleetSession, Round
 from gpuconsole.fleet.store import HISTORY_READINGS
+from gpuconsole.fleet.triage_list import Since, TriageItem, triage_items
 from gpuconsole.hosts.targets import Target, TargetFinder
 from gpuconsole.telemetry import Source
 from gpuconsole.ui.messages import (
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from gpuconsole.actions.bundle.live import InputsBuilder
     from gpuconsole.actions.service import Change
     from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
-    from gpuconsole.fleet.alerts.engine import AlertEngine
+    from gpuconsole.fleet.alerts.engine import Alert, AlertEngine
     from gpuconsole.fleet.record.recorder import Recorder
     from gpuconsole.fleet.store import FleetStore
     from gpuconsole.ui.screens.gpu import RecordedPast
@@ -203,6 +204,15 @@ class GpuConsoleApp(App[None]):
     def last_round(self) -> float | None:
         """When the newest round's readings were taken: the time the alerts were evaluated at."""
         return self.fleet.alerts.now
+
+    def problems(self) -> list[TriageItem]:
+        """The fleet's problems now, one story each (see `Console.problems`)."""
+        alerts, since = self._problem_evidence()
+        return triage_items(self.fleet.store, alerts, since, self._alert_rules)
+
+    def _problem_evidence(self) -> tuple[list[Alert], Since]:
+        """The active alerts, and when each open episode began: the session's."""
+        return self.fleet.alerts.active(), self.fleet.onsets.since
 
     def began(self, ident: str) -> float | None:
         """When the open episode ``ident`` began, as the session's onsets say."""
@@ -407,9 +417,7 @@ class GpuConsoleApp(App[None]):
 
         target = self._target_for(host)
         if target is None:
-            self._refuse(
-                f"nothing to {change}: a simulated host has no scheduler to take it out of"
-            )
+            self._refuse(f"nothing to {change}: {host} is simulated, and so is its scheduler node")
             return
         if change != DRAIN:
             self.push_screen(ServiceScreen(target, change))
@@ -529,13 +537,7 @@ class GpuConsoleApp(App[None]):
         from gpuconsole.ui.screens.triage import TriageScreen
 
         if not isinstance(self.screen, TriageScreen):
-            self.push_screen(
-                TriageScreen(
-                    lambda ident: self.fleet.onsets.since(ident),
-                    lambda: self.fleet.alerts.active(),
-                    self._alert_rules,
-                )
-            )
+            self.push_screen(TriageScreen())
 
     def action_alerts(self) -> None:
         from gpuconsole.ui.screens.alerts import AlertsScreen

@@ -42,6 +42,7 @@ from gpuconsole.fleet.record.retention import parse_duration
 from gpuconsole.fleet.record.when import clock, resolve_moment
 from gpuconsole.fleet.session import FleetSession
 from gpuconsole.fleet.store import HISTORY_READINGS
+from gpuconsole.fleet.triage_list import Since
 from gpuconsole.ui.app import GpuConsoleApp
 from gpuconsole.ui.screens.base import ConsoleScreen
 from gpuconsole.ui.screens.fleet import FleetScreen
@@ -51,6 +52,7 @@ from gpuconsole.ui.widgets.cursor_bar import CursorBar, CursorState
 from gpuconsole.ui.widgets.damage_bar import DamageBar
 
 if TYPE_CHECKING:
+    from gpuconsole.fleet.alerts.engine import Alert
     from gpuconsole.ui.screens.gpu import RecordedPast
 
 STEP_FORWARD_MAX_S = 60.0
@@ -398,13 +400,9 @@ class ReplayApp(GpuConsoleApp):
         self.move_to(origin + self.speed * (self._monotonic() - started), reading_on=True)
         self._play_tick_later()
 
-    def action_triage(self) -> None:
-        from gpuconsole.ui.screens.triage import TriageScreen
-
-        if not isinstance(self.screen, TriageScreen):
-            self.push_screen(
-                TriageScreen(self.recorded.since, self.recorded.alerts, self._alert_rules)
-            )
+    def _problem_evidence(self) -> tuple[list[Alert], Since]:
+        """The alerts and episodes open at the cursor, as recorded."""
+        return self.recorded.alerts(), self.recorded.since
 
     def show_gpu(self, host: str, gpu: int) -> None:
         """The GPU screen with its plots and episodes from the recording, up to the cursor."""

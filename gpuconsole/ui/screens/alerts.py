@@ -90,7 +90,8 @@ class SilenceScreen(ModalScreen[float | None]):
 
 
 class AlertsScreen(ConsoleScreen):
-    """Every active alert, firing first, then the most severe, then the oldest."""
+    """Every active alert, the most severe first, firing before pending, then the oldest; info
+    alerts folded away until `i` shows them."""
 
     HELP_TITLE = "Alerts"
     HELP_ORDER = 40
@@ -125,12 +126,14 @@ class AlertsScreen(ConsoleScreen):
             "asked, in Alertmanager)",
         ),
         Binding("u", "unsilence", "Unsilence", id="alerts.unsilence", tooltip="lift its silence"),
+        Binding("i", "toggle_info", "Info", id="alerts.info", tooltip="show or fold info alerts"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self._keys: dict[str, AlertKey] = {}
         self._delivery: Text | None = None
+        self.info_shown = False
 
     @property
     def engine(self) -> AlertEngine:
@@ -159,7 +162,19 @@ class AlertsScreen(ConsoleScreen):
     def where(self) -> str:
         alerts = self.engine.active()
         firing = sum(a.state == FIRING for a in alerts)
-        return f"alerts · {firing} firing, {len(alerts) - firing} pending"
+        line = f"alerts · {firing} firing, {len(alerts) - firing} pending"
+        folded = len(alerts) - len(self.shown(alerts))
+        return f"{line} · {folded} info folded (i)" if folded else line
+
+    def shown(self, alerts: list[Alert]) -> list[Alert]:
+        """The alerts listed: info ones only once `i` has shown them."""
+        if self.info_shown:
+            return alerts
+        return [alert for alert in alerts if alert.severity > Severity.INFO]
+
+    def action_toggle_info(self) -> None:
+        self.info_shown = not self.info_shown
+        self.refresh_view(None)
 
     def on_resize(self, _event: Resize) -> None:
         self.refresh_view(None)
@@ -170,7 +185,14 @@ class AlertsScreen(ConsoleScreen):
         self.table.set_columns(columns)
         rows = self._rows({spec.key: spec.width or 0 for spec in columns})
         self.table.sync(rows)
-        self.query_one("#alerts-empty", Static).display = not rows
+        empty = self.query_one("#alerts-empty", Static)
+        empty.display = not rows
+        if not rows:
+            empty.update(
+                "No alert needs a person: the active ones are info (i shows them)."
+                if self.engine.active()
+                else "No alerts: every rule is quiet."
+            )
         self._show_delivery()
         self._show_detail()
 
@@ -235,7 +257,7 @@ class AlertsScreen(ConsoleScreen):
 
     def _rows(self, widths: dict[str, int]) -> list[tuple[str, Cells]]:
         engine = self.engine
-        alerts = engine.active()
+        alerts = self.shown(engine.active())
         alerts.sort(key=lambda a: engine.silenced_until(a.key) is not None)  # stable: keeps order
         self._keys = {row_key(a): a.key for a in alerts}
         return [(row_key(a), self._cells(a, widths)) for a in alerts]

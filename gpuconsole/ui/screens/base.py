@@ -106,7 +106,7 @@ class ConsoleScreen(Screen[None]):
 
     def _title_parts(self) -> list[Part]:
         console = self.console
-        parts = fleet_parts(self.store, console.label, self.palette)
+        parts = fleet_parts(self.store, console.label, self.palette, console.problems())
         parts.append(part(Text(self.where(), style="dim"), rank=0, right=True))
         parts += self.title_notes()
         if console.starting:

@@ -8,6 +8,7 @@ replay are both a `Console`; `tests/test_app.py` holds them to it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender
     from gpuconsole.fleet.alerts.engine import AlertEngine
     from gpuconsole.fleet.store import FleetStore
+    from gpuconsole.fleet.triage_list import TriageItem
     from gpuconsole.ui.widgets.cells import Palette
 
 
@@ -69,6 +71,13 @@ class Console(Protocol):
     @property
     def signals(self) -> ProcessSignals | None:
         """Who can signal which host's processes; None: no host's."""
+        ...
+
+    def problems(self) -> Sequence[TriageItem]:
+        """The fleet's problems now, worst first, then newest: one row per problem with its one
+        severity, start and remedy (`gpuconsole.fleet.triage_list.triage_items`). The triage
+        view, the host screen's findings and the GPU screen's head all show these, so a problem
+        tells one story wherever it is seen."""
         ...
 
     def began(self, ident: str) -> float | None:

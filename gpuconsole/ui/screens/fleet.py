@@ -12,15 +12,15 @@ from textual.events import Resize
 from textual.widgets import DataTable, Input
 
 from gpuconsole.core.model import (
-    Finding,
     GpuProcess,
     GpuState,
     HostSnapshot,
     HostState,
     Severity,
-    worst,
 )
-from gpuconsole.fleet.host_order import SORT_KEYS, STATE_WORDS, fleet_order, owners
+from gpuconsole.fleet.host_order import SORT_KEYS, fleet_order, owners
+from gpuconsole.fleet.host_state import draining, state_word
+from gpuconsole.fleet.triage_list import TriageItem
 from gpuconsole.rules.summary import short_model, summarize
 from gpuconsole.ui.messages import ShowVerify
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, gpu_copyables
@@ -66,9 +66,6 @@ def fleet_columns(width: int) -> tuple[ColumnSpec, ...]:
         (*fixed, ColumnSpec("problem", "Worst problem", _MIN_PROBLEM_WIDTH, grow=1)), width
     )
 
-
-_DRAIN = "drain"
-"""A live host whose scheduler node is out of service (drained, or draining) says so."""
 
 _STATE_STYLE = {
     HostState.LIVE: "severity-info",
@@ -159,6 +156,8 @@ class FleetScreen(ConsoleScreen):
         self._wide: bool | None = None
         self._jobs_shown = False
         self._problem_width = _MIN_PROBLEM_WIDTH
+        self._problems: dict[tuple[str, int | None], list[TriageItem]] = {}
+        """The problems of each host (GPU None) and GPU, worst first: this refresh's."""
 
     def compose(self) -> ComposeResult:
         yield self.title_bar()
@@ -204,6 +203,11 @@ class FleetScreen(ConsoleScreen):
         self._wide = width >= WIDE_FROM
 
     def _rows(self) -> list[tuple[str, Cells]]:
+        self._problems = {}
+        for problem in self.console.problems():  # worst first: each list's first is its worst
+            self._problems.setdefault((problem.host, None), []).append(problem)
+            if problem.gpu is not None:
+                self._problems.setdefault((problem.host, problem.gpu), []).append(problem)
         rows = []
         for host in self.ordered_hosts():
             rows.append((host, self._host_cells(host)))
@@ -223,7 +227,7 @@ class FleetScreen(ConsoleScreen):
         glyph = "▾ " if host in self.expanded else "▸ "
         name = Text.assemble(glyph, (host, "bold"))
         state = self._state(status.state, snapshot)
-        problem = self._problem(self.store.findings(host))
+        problem = self._problem(self._problems.get((host, None), []))
         if snapshot is None:
             blank = cells.na()
             middle = (blank,) * ((5 if self._wide else 4) + (1 if self._jobs_shown else 0))
@@ -266,12 +270,11 @@ class FleetScreen(ConsoleScreen):
         )
 
     def _state(self, state: HostState, snapshot: HostSnapshot | None) -> Text:
-        """The host's reading stream's state; a live host out of its scheduler's service
-        (drained or draining) reads `_DRAIN` instead, the host screen saying why."""
-        node = snapshot.node if snapshot is not None else None
-        if state is HostState.LIVE and node is not None and node.out_of_service:
-            return Text(_DRAIN, style=f"bold {self.palette['severity-warning']}")
-        word = STATE_WORDS.get(state, state.value)
+        """The host's state word (`gpuconsole.fleet.host_state`), short; a drained host's
+        reason is on its host screen."""
+        word = state_word(state, snapshot, short=True)
+        if draining(state, snapshot):
+            return Text(word, style=f"bold {self.palette['severity-warning']}")
         return Text(word, style=self.palette[_STATE_STYLE[state]])
 
     def _jobs(self, processes: tuple[GpuProcess, ...]) -> tuple[Text, ...]:
@@ -292,7 +295,7 @@ class FleetScreen(ConsoleScreen):
         palette = self.palette
         name = Text(f"  {'└' if last else '├'} GPU {gpu.index}", style="dim")
         state = Text("lost", style=palette["severity-critical"]) if gpu.lost else Text("")
-        problem = self._problem(self.store.gpu_findings(host, gpu.index))
+        problem = self._problem(self._problems.get((host, gpu.index), []))
         snapshot = self.store.latest(host)
         jobs = self._jobs(snapshot.processes_on(gpu.index) if snapshot is not None else ())
         if self._wide:
@@ -318,20 +321,21 @@ class FleetScreen(ConsoleScreen):
             problem,
         )
 
-    def _problem(self, findings: tuple[Finding, ...]) -> Text:
-        """The worst finding: its code where space is short, its message where there is room.
+    def _problem(self, problems: list[TriageItem]) -> Text:
+        """The worst problem, as the triage view tells it: its code where space is short, its
+        message where there is room.
 
-        Informational findings (a GPU at its power cap under full load) are no problem: the
-        host reads "ok" with a count of them.
+        Info problems (a GPU at its power cap under full load) are advice, no problem: the host
+        reads "ok" with a count of them.
         """
-        top = worst(findings)
+        top = problems[0] if problems else None
         if top is None or top.severity is Severity.INFO:
             badge = cells.severity_badge(None, self.palette)
-            return Text.assemble(badge, (f" {len(findings)} info" if findings else "", "dim"))
+            return Text.assemble(badge, (f" {len(problems)} info" if problems else "", "dim"))
         badge = cells.severity_badge(top.severity, self.palette)
-        count = f" +{len(findings) - 1}" if len(findings) > 1 else ""
+        count = f" +{len(problems) - 1}" if len(problems) > 1 else ""
         if self._problem_width >= _MESSAGE_FROM:
-            line = Text.assemble(badge, (count, "dim"), " ", top.message)
+            line = Text.assemble(badge, (count, "dim"), " ", top.what)
             return cells.fit_text(line, self._problem_width)
         where = "" if top.gpu is None else f" GPU {top.gpu}"
         return Text.assemble(badge, f" {top.code}{where}", (count, "dim"))

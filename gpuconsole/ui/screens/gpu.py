@@ -27,15 +27,18 @@ from textual.containers import Grid, Vertical, VerticalScroll
 from textual.events import Resize
 from textual.worker import Worker, WorkerState
 
-from gpuconsole.core.model import Finding, GpuProcess, GpuState, HostSnapshot, HostState, Severity
+from gpuconsole.core.model import GpuProcess, GpuState, HostSnapshot, HostState, Severity
 from gpuconsole.core.xid import describe
 from gpuconsole.fleet.alerts.engine import findings_from
-from gpuconsole.fleet.record.episodes import FINDING, Episode, OnsetTracker, finding_ident
+from gpuconsole.fleet.host_state import state_word
+from gpuconsole.fleet.record.episodes import FINDING, Episode, OnsetTracker
 from gpuconsole.fleet.record.when import clock
 from gpuconsole.fleet.store import FleetStore
+from gpuconsole.fleet.triage_list import TriageItem
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, Freshness, gpu_copyables
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.cells import Palette
+from gpuconsole.ui.widgets.problem_line import problem_line
 from gpuconsole.ui.widgets.steady import Steady
 from gpuconsole.ui.widgets.time_plot import Level, Mark, TimePlot, TimeSeries
 
@@ -366,13 +369,16 @@ class GpuScreen(ConsoleScreen):
     # --- the head: who, and what is wrong ------------------------------------------------------
 
     def _head(self, snapshot: HostSnapshot | None, state: GpuState | None) -> Text:
-        """Which GPU, its host's state (and why, when it is not live), and its findings."""
+        """Which GPU, its state (LOST, else its host's, and why when it is not live), and its
+        problems."""
         status = self.store.status(self.host) if self.host in self.store.hosts else None
         line = Text(self.where(), style="bold")
         if state is not None:
             line.append(f" · {state.name or 'N/A'} · {state.pci_bus_id or 'bus id N/A'}")
-        if status is not None:
-            line.append(f" · {status.state.value}")
+        if state is not None and state.lost:
+            line.append(" · ").append("LOST", style=f"bold {self.palette['severity-critical']}")
+        elif status is not None:
+            line.append(f" · {state_word(status.state, snapshot)}")
         lines = [line]
         if status is not None and status.reason:
             lines.append(Text(status.reason, style=self.palette["severity-warning"]))
@@ -380,28 +386,18 @@ class GpuScreen(ConsoleScreen):
             lines.append(Text(f"no reading of {self.host} yet", style="dim"))
         elif state is None:
             lines.append(Text(f"GPU {self.gpu} is not in {self.host}'s reading", style="dim"))
-        findings = self.store.gpu_findings(self.host, self.gpu) if snapshot else ()
-        lines += [self._finding_line(f) for f in findings[:_HEAD_FINDINGS]]
-        if len(findings) > _HEAD_FINDINGS:
-            more = len(findings) - _HEAD_FINDINGS
+        problems = self._problems() if snapshot else []
+        lines += [problem_line(p, self.palette) for p in problems[:_HEAD_FINDINGS]]
+        if len(problems) > _HEAD_FINDINGS:
+            more = len(problems) - _HEAD_FINDINGS
             lines.append(Text(f"+{more} more: triage (T) lists them all", style="dim"))
-        if snapshot is not None and state is not None and not findings:
+        if snapshot is not None and state is not None and not problems:
             lines.append(Text("No findings: every rule passes on this GPU.", style="dim"))
         return Text("\n").join(cells.fit_text(line, self.head_room) for line in lines)
 
-    def _finding_line(self, finding: Finding) -> Text:
-        since = self._since(finding)
-        return Text.assemble(
-            cells.severity_badge(finding.severity, self.palette),
-            f" since {clock(since)}:" if since is not None else "",
-            f" {finding.message} → {finding.remediation}",
-        )
-
-    def _since(self, finding: Finding) -> float | None:
-        ident = finding_ident(finding)
-        if self._past is not None:
-            return next((e.since for e in self._past.episodes if e.ident == ident), None)
-        return self.console.began(ident)
+    def _problems(self) -> list[TriageItem]:
+        """This GPU's problems, as the triage view tells them."""
+        return [p for p in self.console.problems() if (p.host, p.gpu) == (self.host, self.gpu)]
 
     # --- the plots -----------------------------------------------------------------------------
 

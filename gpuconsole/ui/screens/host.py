@@ -22,8 +22,10 @@ from gpuconsole.core.model import (
     HostState,
     MigInstance,
     ProcessLoad,
+    Severity,
 )
 from gpuconsole.fleet.host_order import SORT_KEYS, fleet_order
+from gpuconsole.fleet.host_state import DRAIN, state_word
 from gpuconsole.rules.summary import short_model
 from gpuconsole.ui.messages import (
     ShowBenchmark,
@@ -40,6 +42,7 @@ from gpuconsole.ui.screens.fleet import FleetScreen
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.fitted_lines import FittedLines
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
+from gpuconsole.ui.widgets.problem_line import WRAP_INDENT, problem_line
 from gpuconsole.ui.widgets.steady import Steady
 from gpuconsole.ui.widgets.trend import sparkline
 from gpuconsole.ui.widgets.trend_line import TrendLine
@@ -280,6 +283,7 @@ class HostScreen(ConsoleScreen):
     ]
 
     def __init__(self, host: str, gpu: int | None = None) -> None:
+        """``gpu``: the GPU the cursor starts on; None: the worst one (`_worst_gpu`)."""
         super().__init__()
         self.host = host
         self._initial_gpu = gpu
@@ -298,17 +302,30 @@ class HostScreen(ConsoleScreen):
         with Vertical(id="host-lists"):  # the rows the two lists share
             yield KeyedTable(id="processes")
             with Vertical(id="findings-panel"):  # its border is not repainted with the findings
-                yield FittedLines(id="findings")
+                yield FittedLines(indent=WRAP_INDENT, id="findings")
         yield self.key_bar()
 
     def on_mount(self) -> None:
         super().on_mount()
         self.call_after_refresh(self._show_findings)  # once the lists have their heights
-        if self._initial_gpu is not None:
+        gpu = self._initial_gpu if self._initial_gpu is not None else self._worst_gpu()
+        if gpu is not None:
             gpus = self.query_one("#gpus", KeyedTable)
-            if str(self._initial_gpu) in {key for key, _ in self._gpu_rows()}:
-                gpus.move_cursor(row=gpus.get_row_index(str(self._initial_gpu)), animate=False)
+            if str(gpu) in {key for key, _ in self._gpu_rows()}:
+                gpus.move_cursor(row=gpus.get_row_index(str(gpu)), animate=False)
         self.query_one("#gpus", KeyedTable).focus()
+
+    def _worst_gpu(self) -> int | None:
+        """The GPU of the host's worst problem of warning or worse (the newest of equals), where
+        the cursor starts: the on-call opens a host to see what is wrong with it."""
+        return next(
+            (
+                p.gpu
+                for p in self.console.problems()
+                if p.host == self.host and p.gpu is not None and p.severity > Severity.INFO
+            ),
+            None,
+        )
 
     def on_resize(self, _event: Resize) -> None:
         self.refresh_view(None)
@@ -346,7 +363,9 @@ class HostScreen(ConsoleScreen):
 
     def _info(self, snapshot: HostSnapshot | None) -> Text:
         status = self.store.status(self.host)
-        line = Text.assemble((self.host, "bold"), f"  {status.state.value}")
+        word = state_word(status.state, snapshot)
+        style = f"bold {self.palette['severity-warning']}" if word == DRAIN else ""
+        line = Text.assemble((self.host, "bold"), "  ", (word, style))
         if status.reason:
             line.append(f" ({status.reason})", style=self.palette["severity-warning"])
         if snapshot is None:
@@ -487,34 +506,32 @@ class HostScreen(ConsoleScreen):
         return self.palette["util-mid"]
 
     def _show_findings(self) -> None:
-        """One line per finding, cut where a word ends; the panel is only as tall as they need
-        (up to the stylesheet's most), and where they do not fit, the last line says how many
+        """The host's problems as the triage view tells them, each wrapped onto the rows it
+        needs; the panel is as tall as they need where they and every process fit, else a share
+        of the rows (`_findings_rows`), and where they do not fit, the last row says how many
         more there are."""
-        findings = self.store.findings(self.host)
-        self.query_one("#findings-panel").styles.height = self._findings_rows(len(findings)) + 1
+        problems = [p for p in self.console.problems() if p.host == self.host]
         widget = self.query_one("#findings", FittedLines)
-        if not findings:
-            widget.show_lines([Text("No findings: every rule passes on this host.", style="dim")])
-            return
-        lines = []
-        for finding in findings:
-            line = Text.assemble(cells.severity_badge(finding.severity, self.palette))
-            line.append(f" {finding.message}")
-            line.append(f" → {finding.remediation}", style="dim")
-            lines.append(line)
-        widget.show_lines(lines, ": T lists every finding with what to do")
+        if problems:
+            lines = [problem_line(problem, self.palette) for problem in problems]
+        else:
+            lines = [Text("No findings: every rule passes on this host.", style="dim")]
+        width = widget.content_size.width or (self.size.width or 80) - 2
+        needed = widget.rows_needed(lines, width)
+        self.query_one("#findings-panel").styles.height = self._findings_rows(needed) + 1
+        widget.show_lines(lines, ": T lists every problem with what to do")
 
-    def _findings_rows(self, findings: int) -> int:
-        """The findings' lines: all where they and every process fit in the rows the two lists
-        share; else at most two in five of those rows, and at least two."""
+    def _findings_rows(self, needed: int) -> int:
+        """The findings' rows: all they need where they and every process fit in the rows the
+        two lists share; else at most half of those rows, and at least two."""
         processes = self.query_one("#processes", KeyedTable)
         shared = self.query_one("#host-lists").size.height
         if not shared:  # before the first layout: the rows an 8-GPU host leaves
             shared = max(6, (self.size.height or 24) - 14)
-        wanted = max(findings, 1)
+        wanted = max(needed, 1)
         if wanted + 1 + processes.row_count + 2 <= shared:  # + borders and the header
             return wanted
-        return min(wanted, max(2, shared * 2 // 5 - 1))
+        return min(wanted, max(2, shared // 2 - 1))
 
     @on(DataTable.RowHighlighted, "#gpus")
     def _gpu_highlighted(self, _event: DataTable.RowHighlighted) -> None:

@@ -1,13 +1,11 @@
 """The triage view (`T`): one row per problem of the fleet (a finding with the alerts raised on
 it, or a firing alert on no finding; see `gpuconsole.fleet.triage_list`), worst first, then newest;
 below the list, the highlighted row in full with what to do next. Enter opens its GPU (or its
-host, for a problem of the whole host).
+host, for a problem of the whole host). Info rows (advice: memory past the reserve, a GPU at its
+power limit) are folded away until `i` shows them: the on-call sees what needs a person first.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable, Sequence
-from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -16,10 +14,11 @@ from textual.binding import Binding
 from textual.events import Resize
 from textual.widgets import DataTable, Static
 
+from gpuconsole.core.model import Severity
 from gpuconsole.fleet.alerts.engine import FIRING
 from gpuconsole.fleet.record.episodes import ALERT
 from gpuconsole.fleet.record.when import clock
-from gpuconsole.fleet.triage_list import Since, TriageItem, triage_items
+from gpuconsole.fleet.triage_list import TriageItem
 from gpuconsole.ui.messages import ShowGpu
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
 from gpuconsole.ui.widgets import cells
@@ -48,8 +47,7 @@ def triage_columns(width: int) -> tuple[ColumnSpec, ...]:
 
 
 class TriageScreen(ConsoleScreen):
-    """The fleet's problems as one list; ``since`` says how new each one is: when the finding
-    or alert of an identity began (the session's onsets), None when not known."""
+    """The fleet's problems (`Console.problems`) as one list."""
 
     HELP_TITLE = "Triage"
     HELP_ORDER = 50
@@ -57,6 +55,7 @@ class TriageScreen(ConsoleScreen):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="triage.back"),
         Binding("enter", "open", "Open", id="triage.open", tooltip="its GPU, or its host"),
+        Binding("i", "toggle_info", "Info", id="triage.info", tooltip="show or fold the info rows"),
     ]
     CSS = """
     TriageScreen #triage-status { height: 1; padding: 0 1; }
@@ -69,14 +68,11 @@ class TriageScreen(ConsoleScreen):
     }
     """
 
-    def __init__(
-        self, since: Since, alerts: Callable[[], Sequence[Any]], rules: Sequence[Any] = ()
-    ) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._since = since
-        self._alerts = alerts
-        self._rules = tuple(rules)
         self.items: list[TriageItem] = []
+        """Every problem, info rows included."""
+        self.info_shown = False
 
     def where(self) -> str:
         return "triage"
@@ -101,15 +97,26 @@ class TriageScreen(ConsoleScreen):
 
     def refresh_view(self, changed: set[str] | None) -> None:
         super().refresh_view(changed)
-        self.items = triage_items(self.store, self._alerts(), self._since, self._rules)
+        self.items = list(self.console.problems())
         width = self.size.width or _WIDE
         self._alert_times = width >= _WIDE
         columns = triage_columns(width)
         self._widths = {spec.key: spec.width or 0 for spec in columns}
         self.table.set_columns(columns)
-        self.table.sync([(item.key, self._cells(item)) for item in self.items])
+        self.table.sync([(item.key, self._cells(item)) for item in self.shown])
         self._show_status()
         self._show_detail()
+
+    @property
+    def shown(self) -> list[TriageItem]:
+        """The rows listed: info rows only once `i` has shown them."""
+        if self.info_shown:
+            return self.items
+        return [item for item in self.items if item.severity > Severity.INFO]
+
+    def action_toggle_info(self) -> None:
+        self.info_shown = not self.info_shown
+        self.refresh_view(None)
 
     def _cells(self, item: TriageItem) -> Cells:
         """The problem's cells for the columns shown; its texts cut where a word ends."""
@@ -140,6 +147,9 @@ class TriageScreen(ConsoleScreen):
         firing = sum(1 for i in self.items for a in i.alerts if a.state == FIRING)
         line = Text(f"{rows} problem{'s' if rows != 1 else ''}")
         line.append(f", {firing} firing alert{'s' if firing != 1 else ''} on them")
+        folded = rows - len(self.shown)
+        if folded:
+            line.append(f" · {folded} info folded (i shows them)", style="bold")
         line.append(" · worst first, then newest · Enter opens its GPU or host", style="dim")
         width = (self.size.width or _WIDE) - 2
         self.query_one("#triage-status", Static).update(cells.fit_text(line, width))
@@ -158,13 +168,16 @@ class TriageScreen(ConsoleScreen):
 
     def selected(self) -> TriageItem | None:
         key = self.table.cursor_key
-        return next((i for i in self.items if i.key == key), None)
+        return next((i for i in self.shown if i.key == key), None)
 
     def _show_detail(self) -> None:
         item = self.selected()
         widget = self.query_one("#triage-detail", Static)
         if item is None:
-            widget.update(Text("Nothing to triage: no findings, no firing alerts.", style="dim"))
+            nothing = "Nothing to triage: no findings, no firing alerts."
+            if self.items:
+                nothing = "Nothing needs a person: every problem is info (i shows them)."
+            widget.update(Text(nothing, style="dim"))
             return
         head = Text.assemble(
             cells.severity_badge(item.severity, self.palette),

@@ -197,6 +197,41 @@ def fit_text(value: Text, width: int) -> Text:
     return Text.assemble(value[:kept], ELLIPSIS)
 
 
+def wrap_text(value: Text, width: int, indent: int = 0) -> list[Text]:
+    """A styled ``value`` as the rows it needs in ``width`` cells, broken where words end (a word
+    wider than a row is broken where the row ends); each row after the first starts with
+    ``indent`` blanks, so that a finding's remedy lines up under its message."""
+    width = max(width, 1)
+    indent = min(indent, width // 2)
+    rows: list[Text] = []
+    rest = value
+    room = width
+    while cell_len(rest.plain) > room:
+        cut = _wrap_point(rest.plain, room)
+        head, rest = rest[:cut], rest[cut:]
+        head.rstrip()
+        rows.append(head)
+        while rest.plain.startswith(" "):
+            rest = rest[1:]
+        room = width - indent
+    rows.append(rest)
+    return [rows[0], *(Text.assemble(" " * indent, row) for row in rows[1:])]
+
+
+def _wrap_point(plain: str, room: int) -> int:
+    """Where a row of at most ``room`` cells of ``plain`` ends: after its last blank that fits,
+    else after as many characters as fit (at least one)."""
+    fits = 0
+    used = 0
+    for index, char in enumerate(plain):
+        used += cell_len(char)
+        if used > room:
+            break
+        fits = index + 1
+    blank = plain.rfind(" ", 0, fits + 1)
+    return blank if blank > 0 else max(fits, 1)
+
+
 def _without_dangling(kept: str) -> str:
     """``kept`` less trailing blanks and a last word of punctuation alone (an option's ``--``
     whose name was cut off)."""

@@ -18,7 +18,9 @@ from rich.text import Text
 from textual.events import Resize
 
 from gpuconsole.core.model import HostState, Severity
+from gpuconsole.fleet.host_state import DRAIN, state_word
 from gpuconsole.fleet.store import FleetStore
+from gpuconsole.fleet.triage_list import TriageItem
 from gpuconsole.ui.widgets.cells import Palette, duration
 from gpuconsole.ui.widgets.steady import Steady
 
@@ -67,12 +69,18 @@ def fit_title(parts: Sequence[Part], width: int) -> Text:
     return fitted
 
 
-def fleet_parts(store: FleetStore, label: str, palette: Palette) -> list[Part]:
-    """'gpuconsole · demo rack · 6 hosts: 5 live, 1 down · 40 GPUs · 2 critical, 1 warning'."""
-    states = Counter(store.status(host).state for host in store.hosts)
-    severities = Counter(store.severity(host) for host in store.hosts)
+def fleet_parts(
+    store: FleetStore, label: str, palette: Palette, problems: Sequence[TriageItem]
+) -> list[Part]:
+    """'gpuconsole · demo rack · 6 hosts: 5 live, 1 down · 40 GPUs · 2 critical, 1 warning':
+    the hosts counted by their state word and by the severity of their worst problem."""
+    states = Counter(state_word(store.status(h).state, store.latest(h)) for h in store.hosts)
+    worst: dict[str, Severity] = {}
+    for problem in problems:
+        worst[problem.host] = max(problem.severity, worst.get(problem.host, problem.severity))
+    severities = Counter(worst.values())
     gpus = sum(len(s.gpus) for host in store.hosts if (s := store.latest(host)) is not None)
-    counted = ", ".join(f"{n} {state.value}" for state, n in _ordered(states))
+    counted = ", ".join(f"{n} {word}" for word, n in _ordered(states))
     parts = [
         part(Text("gpuconsole", style="bold"), rank=7),
         part(label, rank=4),
@@ -104,8 +112,10 @@ def reading_part(newest: float | None, now: float, stale: bool, palette: Palette
     )
 
 
-def _ordered(states: Counter[HostState]) -> list[tuple[HostState, int]]:
-    return [(state, states[state]) for state in HostState if states[state]]
+def _ordered(words: Counter[str]) -> list[tuple[str, int]]:
+    """The state words counted, in `HostState`'s order, ``drain`` after ``live``."""
+    order = [HostState.LIVE.value, DRAIN, *(s.value for s in HostState if s is not HostState.LIVE)]
+    return [(word, words[word]) for word in order if words[word]]
 
 
 class TitleBar(Steady):
