@@ -313,6 +313,23 @@ async def test_every_screen_keeps_help_in_its_key_bar_at_80_columns(make_app) ->
             assert "? Help" in shown and len(shown) <= 80, (keys, shown)
 
 
+async def test_the_key_bar_keeps_the_on_call_keys_and_follows_focus(make_app) -> None:
+    """The fleet keeps Enter, a, T, ? and q at 80 columns; on the host screen, Tab into the
+    process list puts its keys (k, K, y) first, Tab back the GPU list's Enter."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        fleet = key_bar(app)
+        for entry in ("⏎ Open host", "a Alerts", "T Triage", "? Help", "q Quit"):
+            assert entry in fleet, fleet
+        assert len(fleet) <= 80
+        await pilot.press("enter")
+        assert key_bar(app).startswith(" ⏎ Open GPU"), key_bar(app)
+        await pilot.press("tab")
+        assert key_bar(app).startswith(" k Terminate  K Kill  y Copy"), key_bar(app)
+        await pilot.press("tab")
+        assert key_bar(app).startswith(" ⏎ Open GPU"), key_bar(app)
+
+
 # --- NO_COLOR, through the real terminal ---------------------------------------------------------
 
 _SGR = re.compile(rb"\x1b\[([0-9;:]*)m")

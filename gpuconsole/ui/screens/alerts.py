@@ -107,6 +107,7 @@ class AlertsScreen(ConsoleScreen):
         border-top: solid $panel;
     }
     """
+    FOCUS_KEYS = {"alerts": ("alerts.open",)}
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="alerts.back"),
         Binding("enter", "open_host", "Open", id="alerts.open", tooltip="its GPU, or its host"),

@@ -49,6 +49,11 @@ class ConsoleScreen(Screen[None]):
     """The heading of the screen's keys on the help screen (`?`); None: not listed there."""
     HELP_ORDER: ClassVar[int] = 100
     """Where the heading comes on the help screen: lower first."""
+    PINNED_KEYS: ClassVar[frozenset[str]] = frozenset()
+    """Binding ids the key bar keeps whatever the width (beside `?`): the on-call's keys."""
+    FOCUS_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """For a widget's id, the binding ids the key bar leads with while it has focus (shown
+    even where the binding itself is not)."""
 
     def where(self) -> str:
         """Where the user is, for the title line (it is never left out of it)."""

@@ -107,6 +107,8 @@ class FleetScreen(ConsoleScreen):
         display: block;
     }
     """
+    PINNED_KEYS = frozenset({"fleet.open", "alerts", "triage", "quit"})
+    FOCUS_KEYS = {"fleet": ("fleet.open",)}
     BINDINGS = [
         Binding("enter", "open_host", "Open host", id="fleet.open", tooltip="open the host or GPU"),
         Binding(

@@ -183,6 +183,10 @@ class HostScreen(ConsoleScreen):
         text-wrap: nowrap;
     }
     """
+    FOCUS_KEYS = {
+        "gpus": ("host.gpu",),
+        "processes": ("host.terminate", "host.kill", "copy"),
+    }
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="host.back"),
         Binding("t", "topology", "Topology", id="host.topology"),

@@ -52,6 +52,7 @@ class TriageScreen(ConsoleScreen):
     HELP_TITLE = "Triage"
     HELP_ORDER = 50
 
+    FOCUS_KEYS = {"triage": ("triage.open",)}
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="triage.back"),
         Binding("enter", "open", "Open", id="triage.open", tooltip="its GPU, or its host"),

@@ -3,7 +3,11 @@
 Textual's Footer lays every key out in a row and lets the ones that do not fit fall off the right
 edge, `?` (help) among them. This bar keeps the keys in the order the screen and the app declare
 them, which is their priority: where the width is short the last ones go first, the command
-palette's key before any, and `?` stays whatever the width, so every key can still be found.
+palette's key before any, and the pinned ones stay whatever the width: `?`, so every key can
+still be found, and the on-call keys a screen pins (`PINNED_KEYS`: the fleet's Enter, `a`, `T`,
+`q`), unless the app leads with keys of its own (replay's `LEADING_KEYS`). It follows focus:
+the keys a screen declares for its focused list (`FOCUS_KEYS`: the host screen's process list
+leads with `k`, `K`, `y`) come first, shown even where the binding is not.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from dataclasses import dataclass, replace
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.binding import Binding
 from textual.widget import Widget
 
 PINNED = frozenset({"help"})
-"""Binding ids the bar shows whatever its width."""
+"""Binding ids the bar shows whatever its width, on every screen."""
 _GAP = 2
 _DISABLED = Style(dim=True)
 
@@ -90,16 +95,35 @@ class KeyBar(Widget):
 
     def entries(self) -> tuple[list[KeyEntry], KeyEntry | None]:
         """The screen's shown keys in priority order (one entry per action; a binding group's
-        keys in one entry; the app's `LEADING_KEYS` first), and the command palette's key."""
+        keys in one entry; the app's `LEADING_KEYS` and the focused list's keys first), and the
+        command palette's key."""
         app = self.app
+        screen = self.screen
+        app_keys: frozenset[str] = getattr(app, "LEADING_KEYS", frozenset())
+        # Where the app leads with keys of its own (replay's), the screen's pins give way.
+        pins: frozenset[str] = frozenset() if app_keys else getattr(screen, "PINNED_KEYS", PINNED)
+        pinned = PINNED | pins
+        focused = screen.focused.id if screen.focused is not None else None
+        focus_keys: dict[str, tuple[str, ...]] = getattr(screen, "FOCUS_KEYS", {})
+        focus_first = focus_keys.get(focused or "", ())
+        wanted = pinned | app_keys | frozenset(focus_first)
         entries: list[KeyEntry] = []
         actions: set[str] = set()
         palette: KeyEntry | None = None
-        for _node, binding, enabled, _tooltip in self.screen.active_bindings.values():
+        active = list(screen.active_bindings.values())
+        found = {binding.id for _node, binding, _enabled, _tooltip in active}
+        # A wanted binding that a focused widget's own binding of its key hides (the fleet's
+        # Enter under its table's): the table passes the key on to the screen's action.
+        hidden = [
+            (None, binding, True, None)
+            for binding in (*screen.BINDINGS, *app.BINDINGS)
+            if isinstance(binding, Binding) and binding.id in wanted - found
+        ]
+        for _node, binding, enabled, _tooltip in (*active, *hidden):
             if binding.key == app.COMMAND_PALETTE_BINDING and app.ENABLE_COMMAND_PALETTE:
                 palette = KeyEntry(app.get_key_display(binding), "palette", binding.key)
                 continue
-            if not binding.show or binding.action in actions:
+            if not (binding.show or binding.id in wanted) or binding.action in actions:
                 continue
             actions.add(binding.action)
             shown = app.get_key_display(binding)
@@ -108,12 +132,27 @@ class KeyBar(Widget):
                 entries[-1] = replace(entries[-1], keys=f"{entries[-1].keys} {shown}")
                 continue
             description = binding.description if group is None else group
-            pinned = binding.id in PINNED
             entries.append(
-                KeyEntry(shown, description, binding.key, enabled, pinned, group, binding.id)
+                KeyEntry(
+                    shown,
+                    description,
+                    binding.key,
+                    enabled,
+                    binding.id in pinned,
+                    group,
+                    binding.id,
+                )
             )
-        leading: frozenset[str] = getattr(app, "LEADING_KEYS", frozenset())
-        entries.sort(key=lambda entry: entry.binding_id not in leading)  # stable
+
+        # stable: the app's leading keys in their declared order, then the focused list's
+        def rank(entry: KeyEntry) -> int:
+            if entry.binding_id in app_keys:
+                return -1
+            if entry.binding_id in focus_first:
+                return focus_first.index(entry.binding_id)
+            return len(focus_first)
+
+        entries.sort(key=rank)
         return entries, palette
 
     def render(self) -> Text:
