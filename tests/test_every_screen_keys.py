@@ -212,12 +212,27 @@ async def test_q_quits_from_help(make_app) -> None:
         assert not app.is_running
 
 
-async def test_sorting_again_replaces_its_notice(make_app) -> None:
+async def test_the_sorted_column_says_so_in_its_header_and_s_reverses_it(make_app) -> None:
+    """No notice over the rows: the header of the column sorted by carries the arrow, at 80
+    columns as at 160; S turns the order round."""
     app = make_app()
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        table = app.screen.query_one("#fleet", KeyedTable)
+
+        def headers() -> list[str]:
+            return [str(column.label) for column in table.columns.values()]
+
+        assert "Worst problem▼" in headers()
         await pilot.press(*"sssss")
         await pilot.pause()
-        assert await notices(pilot) == [Notice("sorted by memory", "information")]
+        assert app.screen.sort_key == "memory" and "Mem▼" in headers()
+        assert "Worst problem" in headers()
+        highest = app.screen.ordered_hosts()
+        await pilot.press("S")
+        assert "Mem▲" in headers()
+        assert app.screen.ordered_hosts() == highest[::-1]
+        assert [row.key.value for row in table.ordered_rows] == highest[::-1]
+        assert await notices(pilot) == []
 
 
 def test_a_long_path_in_a_notice_is_never_broken_in_a_name() -> None:

@@ -62,15 +62,19 @@ _KEYS: dict[str, Callable[[FleetStore, str], object]] = {
 }
 
 
-def sort_hosts(store: FleetStore, hosts: Iterable[str], by: str) -> list[str]:
-    """Hosts ordered by ``by`` (one of SORT_KEYS), ties broken by name."""
+def sort_hosts(
+    store: FleetStore, hosts: Iterable[str], by: str, reverse: bool = False
+) -> list[str]:
+    """Hosts ordered by ``by`` (one of SORT_KEYS), ties broken by name; ``reverse``: the other
+    way round (the best first, the lowest first, Z to A)."""
     key = _KEYS[by]
-    return sorted(hosts, key=lambda host: (key(store, host), host))
+    return sorted(hosts, key=lambda host: (key(store, host), host), reverse=reverse)
 
 
-def fleet_order(store: FleetStore, by: str, text: str = "") -> list[str]:
+def fleet_order(store: FleetStore, by: str, text: str = "", reverse: bool = False) -> list[str]:
     """The hosts the fleet lists: those ``text`` matches (`host_matches`), ordered by ``by``."""
-    return sort_hosts(store, [h for h in store.hosts if host_matches(store, h, text)], by)
+    matching = [h for h in store.hosts if host_matches(store, h, text)]
+    return sort_hosts(store, matching, by, reverse)
 
 
 _WORDS_OF_SEVERITY = {

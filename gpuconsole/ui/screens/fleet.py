@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from rich.text import Text
 from textual import on
@@ -53,18 +54,47 @@ _JOBS = ColumnSpec("jobs", "Jobs", 24, drop=1)
 """Whose work runs on the host: shown only where the problem keeps its message beside it."""
 
 
-@functools.lru_cache(maxsize=32)  # asked every tick, the same for a width
-def fleet_columns(width: int) -> tuple[ColumnSpec, ...]:
+@functools.lru_cache(maxsize=64)  # asked every tick, the same for a width and an order
+def fleet_columns(
+    width: int, sort_key: str = SORT_KEYS[0], reverse: bool = False
+) -> tuple[ColumnSpec, ...]:
     """The fleet's columns ``width`` cells wide: the jobs where the problem keeps its message
-    beside them (`_MESSAGE_FROM`), the problem taking the rest."""
+    beside them (`_MESSAGE_FROM`), the problem taking the rest; the column the hosts are sorted
+    by says so with an arrow (`sort_mark`)."""
     fixed = _FIXED_WIDE if width >= WIDE_FROM else _FIXED_NARROW
-    with_jobs = (*fixed, _JOBS, ColumnSpec("problem", "Worst problem", _MESSAGE_FROM, grow=1))
-    columns = fit_columns(with_jobs, width)
+    fixed = tuple(_marked(spec, sort_key, reverse) for spec in fixed)
+    problem = _marked(
+        ColumnSpec("problem", "Worst problem", _MESSAGE_FROM, grow=1), sort_key, reverse
+    )
+    columns = fit_columns((*fixed, _JOBS, problem), width)
     if any(spec.key == "jobs" for spec in columns):
         return columns
-    return fit_columns(
-        (*fixed, ColumnSpec("problem", "Worst problem", _MIN_PROBLEM_WIDTH, grow=1)), width
-    )
+    return fit_columns((*fixed, replace(problem, width=_MIN_PROBLEM_WIDTH)), width)
+
+
+_SORTED_COLUMN = {
+    "worst": "problem",
+    "name": "host",
+    "utilization": "util",
+    "temperature": "temp",
+    "power": "power",
+    "memory": "memory",
+}
+"""The column each order sorts by."""
+
+
+def sort_mark(sort_key: str, reverse: bool) -> str:
+    """▼ where the order runs from the most (the worst, the highest) down, ▲ where it runs up
+    (names A to Z, or an order reversed)."""
+    descending = sort_key != "name"
+    return "▼" if descending != reverse else "▲"
+
+
+def _marked(spec: ColumnSpec, sort_key: str, reverse: bool) -> ColumnSpec:
+    if _SORTED_COLUMN[sort_key] != spec.key:
+        return spec
+    label = f"{spec.label}{sort_mark(sort_key, reverse)}"
+    return replace(spec, label=label, width=max(spec.width or 0, len(label)))
 
 
 _STATE_STYLE = {
@@ -122,7 +152,16 @@ class FleetScreen(ConsoleScreen):
             "cycle_sort",
             "Sort",
             id="fleet.sort",
-            tooltip="worst first, name, utilization, temperature, power, memory",
+            tooltip="worst first, name, utilization, temperature, power, memory; the sorted "
+            "column's header has the arrow",
+        ),
+        Binding(
+            "S",
+            "reverse_sort",
+            "Reverse",
+            id="fleet.reverse",
+            show=False,
+            tooltip="the same order the other way round (the best first, the lowest first)",
         ),
         Binding(
             "slash",
@@ -153,6 +192,7 @@ class FleetScreen(ConsoleScreen):
     def __init__(self) -> None:
         super().__init__()
         self.sort_key = SORT_KEYS[0]
+        self.sort_reverse = False
         self.filter_text = ""
         self.expanded: set[str] = set()
         self._wide: bool | None = None
@@ -174,14 +214,15 @@ class FleetScreen(ConsoleScreen):
         return "fleet"
 
     def title_notes(self) -> list[Part]:
-        notes = [part(f"sorted by {self.sort_key}", rank=5, right=True)]
+        reversed_ = ", reversed" if self.sort_reverse else ""
+        notes = [part(f"sorted by {self.sort_key}{reversed_}", rank=5, right=True)]
         if self.filter_text:
             notes.append(part(f"filter {self.filter_text!r}", rank=1, right=True))
         return notes
 
     def ordered_hosts(self) -> list[str]:
         """The hosts as the fleet lists them now: its filter, in its order."""
-        return fleet_order(self.store, self.sort_key, self.filter_text)
+        return fleet_order(self.store, self.sort_key, self.filter_text, self.sort_reverse)
 
     @property
     def table(self) -> KeyedTable:
@@ -197,7 +238,7 @@ class FleetScreen(ConsoleScreen):
 
     def _set_columns(self) -> None:
         width = self.size.width or 80
-        columns = fleet_columns(width)
+        columns = fleet_columns(width, self.sort_key, self.sort_reverse)
         widths = {spec.key: spec.width or 0 for spec in columns}
         self._jobs_shown = "jobs" in widths
         self._problem_width = widths["problem"]
@@ -390,9 +431,14 @@ class FleetScreen(ConsoleScreen):
         self.refresh_view(None)
 
     def action_cycle_sort(self) -> None:
+        """The next order; its column's header carries the arrow, so no notice covers a row."""
         index = SORT_KEYS.index(self.sort_key)
         self.sort_key = SORT_KEYS[(index + 1) % len(SORT_KEYS)]
-        self.console.notify(f"sorted by {self.sort_key}", timeout=2, kind="sort")
+        self.sort_reverse = False
+        self.refresh_view(None)
+
+    def action_reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
         self.refresh_view(None)
 
     def copyables(self) -> list[Copyable]:

@@ -623,7 +623,11 @@ class HostScreen(ConsoleScreen):
         fleet = next((s for s in self.app.screen_stack if isinstance(s, FleetScreen)), None)
         hosts = fleet.ordered_hosts() if fleet is not None else []
         if self.host not in hosts:
-            hosts = fleet_order(self.store, fleet.sort_key if fleet else SORT_KEYS[0])
+            hosts = fleet_order(
+                self.store,
+                fleet.sort_key if fleet else SORT_KEYS[0],
+                reverse=fleet.sort_reverse if fleet else False,
+            )
         target = hosts[(hosts.index(self.host) + step) % len(hosts)]
         self.app.switch_screen(HostScreen(target))
 
