@@ -305,3 +305,28 @@ async def test_a_polling_round_is_taken_in_and_one_that_fails_says_so() -> None:
     assert [(n.text, n.severity) for n in shown] == [
         ("reading failed: the inventory vanished", "error")
     ]
+
+
+async def test_help_leads_with_the_keys_of_the_screen_it_was_asked_on(make_app) -> None:
+    """? on the host screen: the host's keys first, then everywhere's; and the colours' legend."""
+    from rich.table import Table
+    from textual.widgets import Static
+
+    from gpuconsole.ui.screens.host import HostScreen
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("enter")
+        assert isinstance(app.screen, HostScreen)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        table = app.screen.query_one("#help-keys", Static).content
+        assert isinstance(table, Table)
+        keys = [str(cell) for cell in table.columns[0]._cells]
+        meanings = [str(cell) for cell in table.columns[1]._cells]
+        assert keys[0] == HostScreen.HELP_TITLE
+        assert keys.index("Everywhere") > min(
+            i for i, m in enumerate(meanings) if m.startswith("Terminate")
+        )
+        legend = str(app.screen.query_one("#help-legend", Static).content)
+        assert "warm" in legend and "slowdown temperature" in legend

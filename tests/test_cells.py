@@ -125,21 +125,34 @@ def test_percent_colour_bands(pct: float, band: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("celsius", "band"),
+    ("celsius", "slowdown", "band"),
     [
-        (95.0, "temp-hot"),
-        (85.0, "temp-hot"),
-        (84.6, "temp-hot"),  # shown as 85°C: the colour follows the figure on screen
-        (84.4, "temp-warm"),
-        (60.0, "temp-warm"),
-        (59.4, "temp-cool"),
-        (25.0, "temp-cool"),
+        (95.0, None, "temp-hot"),
+        (85.0, None, "temp-hot"),
+        (84.6, None, "temp-hot"),  # shown as 85°C: the colour follows the figure on screen
+        (84.4, None, "temp-warm"),
+        (75.0, None, "temp-warm"),
+        (74.4, None, "temp-cool"),
+        (71.0, 87.0, "temp-cool"),  # a working H100 (slowdown 87 °C): 16 degrees of headroom
+        (57.0, 87.0, "temp-cool"),
+        (80.0, 87.0, "temp-warm"),
+        (80.0, 80.0, "temp-hot"),  # a card that slows down at 80 °C is hot from there
+        (70.0, 80.0, "temp-warm"),
+        (69.0, 80.0, "temp-cool"),
+        (25.0, None, "temp-cool"),
     ],
 )
-def test_temperature_colour_bands(celsius: float, band: str) -> None:
-    cell = cells.temperature(celsius, P)
+def test_temperature_colour_bands(celsius: float, slowdown: float | None, band: str) -> None:
+    cell = cells.temperature(celsius, P, slowdown)
     assert cell.style == V[band]
     assert cell.plain == f"{celsius:.0f}°C"
+
+
+def test_the_legend_says_each_band_in_its_colour() -> None:
+    legend = cells.band_legend(P)
+    styled = {legend.plain[span.start : span.end]: span.style for span in legend.spans}
+    assert styled["warm"] == V["temp-warm"] and styled["hot"] == V["temp-hot"]
+    assert "below 75 °C" in legend.plain and "from 85 °C" in legend.plain
 
 
 def test_bands_are_distinct_colours() -> None:

@@ -11,6 +11,18 @@ from __future__ import annotations
 
 TEMP_HIGH_C = 85.0
 """The alert temperature; slowdown itself starts at the GPU's own slowdown temperature."""
+TEMP_WARM_BELOW_C = 10.0
+"""A GPU within this many degrees below its hot line (`hot_line_c`) is warm: what the screens
+colour as a warning of heat to come, not a working card at 60-70 °C with 15 to 25 degrees of
+headroom on an H100 (slowdown 87 °C)."""
+
+
+def hot_line_c(slowdown_c: float | None) -> float:
+    """Where a GPU is hot: the alert temperature, or its own slowdown temperature where that is
+    lower (a card that slows down before 85 °C is hot before it)."""
+    return TEMP_HIGH_C if slowdown_c is None else min(TEMP_HIGH_C, slowdown_c)
+
+
 MEMORY_RESERVE_FRACTION = 0.80
 """The guide keeps 20 % of GPU memory free as a buffer: more used is memory pressure."""
 MEMORY_FULL_FRACTION = 0.95

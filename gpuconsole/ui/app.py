@@ -593,7 +593,7 @@ class GpuConsoleApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(type(self.screen)))
 
 
 class _Start(NamedTuple):

@@ -83,6 +83,12 @@ _SORTED_COLUMN = {
 """The column each order sorts by."""
 
 
+def _slowdown_of(snapshot: HostSnapshot, gpu: int | None) -> float | None:
+    """The slowdown temperature of a host's GPU (its hottest), for the band of its colour."""
+    state = snapshot.gpu(gpu) if gpu is not None else None
+    return state.slowdown_temperature_c if state is not None else None
+
+
 def sort_mark(sort_key: str, reverse: bool) -> str:
     """▼ where the order runs from the most (the worst, the highest) down, ▲ where it runs up
     (names A to Z, or an order reversed)."""
@@ -287,7 +293,7 @@ class FleetScreen(ConsoleScreen):
                     f"{s.utilization_mean:3.0f}%/{s.utilization_max:3.0f}%",
                     style=palette.utilization(s.utilization_mean),
                 )
-            temp = cells.temperature(s.hottest_c, palette)
+            temp = cells.temperature(s.hottest_c, palette, _slowdown_of(snapshot, s.hottest_gpu))
             if s.hottest_gpu is not None:
                 temp.append(f" g{s.hottest_gpu}", style="dim")
             return (
@@ -306,7 +312,7 @@ class FleetScreen(ConsoleScreen):
             state,
             cells.percent(s.utilization_mean, palette),
             cells.memory_percent(s.memory_used_mib, s.memory_total_mib, palette),
-            cells.temperature(s.hottest_c, palette),
+            cells.temperature(s.hottest_c, palette, _slowdown_of(snapshot, s.hottest_gpu)),
             cells.power_percent(s.power_w, s.power_limit_w),
             *jobs,
             problem,
@@ -348,7 +354,7 @@ class FleetScreen(ConsoleScreen):
                 cells.text(short_model(gpu.name)),
                 cells.utilization_bar(gpu.utilization_pct, palette, width=6),
                 cells.memory(gpu.memory_used_mib, gpu.memory_total_mib, palette),
-                cells.temperature(gpu.temperature_c, palette),
+                cells.temperature(gpu.temperature_c, palette, gpu.slowdown_temperature_c),
                 cells.power(gpu.power_w, gpu.power_limit_w),
                 *jobs,
                 problem,
@@ -358,7 +364,7 @@ class FleetScreen(ConsoleScreen):
             state,
             cells.percent(gpu.utilization_pct, palette),
             cells.memory_percent(gpu.memory_used_mib, gpu.memory_total_mib, palette),
-            cells.temperature(gpu.temperature_c, palette),
+            cells.temperature(gpu.temperature_c, palette, gpu.slowdown_temperature_c),
             cells.power_percent(gpu.power_w, gpu.power_limit_w),
             *jobs,
             problem,

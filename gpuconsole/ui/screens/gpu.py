@@ -658,7 +658,10 @@ class GpuScreen(ConsoleScreen):
             self._field(
                 "Memory", cells.memory(state.memory_used_mib, state.memory_total_mib, palette)
             ),
-            self._field("Temperature", cells.temperature(state.temperature_c, palette)),
+            self._field(
+                "Temperature",
+                cells.temperature(state.temperature_c, palette, state.slowdown_temperature_c),
+            ),
             self._field("Power", power),
             self._field("Clocks", clocks),
             self._field("P-state", cells.text(state.pstate)),

@@ -13,6 +13,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from gpuconsole.ui.screens.console import console_of
+from gpuconsole.ui.widgets import cells
+
 _KEY_NAMES = {
     "question_mark": "?",
     "slash": "/",
@@ -32,12 +35,13 @@ def key_label(key: str) -> str:
     return ", ".join(_KEY_NAMES.get(k.strip(), k.strip()) for k in key.split(","))
 
 
-def bindings_table(app_type: type[App[object]]) -> Table:
-    """The keys of the app and of every console screen, under each one's `HELP_TITLE`."""
+def bindings_table(app_type: type[App[object]], first: type | None = None) -> Table:
+    """The keys of the app and of every console screen, under each one's `HELP_TITLE`; those of
+    ``first`` (the screen help was asked on) before any."""
     table = Table(box=None, padding=(0, 2), show_header=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
-    for title, bindings in _sections(app_type):
+    for title, bindings in _sections(app_type, first):
         table.add_row(Text(title, style="underline"), "")
         for binding in bindings:
             if isinstance(binding, Binding):
@@ -51,13 +55,13 @@ def bindings_table(app_type: type[App[object]]) -> Table:
     return table
 
 
-def _sections(app_type: type[App[object]]) -> list[tuple[str, list[object]]]:
+def _sections(app_type: type[App[object]], first: type | None) -> list[tuple[str, list[object]]]:
     """Each class that names a `HELP_TITLE`, with its own bindings, in `HELP_ORDER`: the app's
     classes (the console, and replay when it runs) and the screens of this package's modules,
     found by walking it (a new screen is listed without anyone listing it here)."""
     owners: list[type] = [c for c in app_type.__mro__ if vars(c).get("HELP_TITLE")]
     owners += [c for c in screen_classes() if vars(c).get("HELP_TITLE")]
-    owners.sort(key=lambda c: c.HELP_ORDER)  # type: ignore[attr-defined]
+    owners.sort(key=lambda c: (c is not first, c.HELP_ORDER))  # type: ignore[attr-defined]
     return [(c.HELP_TITLE, list(vars(c).get("BINDINGS", []))) for c in owners]  # type: ignore[attr-defined]
 
 
@@ -99,7 +103,13 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "app.quit", "Quit", id="help.quit"),
     ]
 
+    def __init__(self, asked_on: type | None = None) -> None:
+        """``asked_on``: the class of the screen help was asked on; its keys come first."""
+        super().__init__()
+        self._asked_on = asked_on
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body"):
             yield Static(Text("gpuconsole keys", style="bold"), id="help-title")
-            yield Static(bindings_table(type(self.app)), id="help-keys")
+            yield Static(bindings_table(type(self.app), self._asked_on), id="help-keys")
+            yield Static(cells.band_legend(console_of(self.app).palette), id="help-legend")

@@ -435,7 +435,7 @@ class HostScreen(ConsoleScreen):
             "memory": cells.memory_bar(gpu.memory_used_mib, gpu.memory_total_mib, palette, width=7)
             if wide
             else cells.memory_percent(gpu.memory_used_mib, gpu.memory_total_mib, palette),
-            "temp": cells.temperature(gpu.temperature_c, palette),
+            "temp": cells.temperature(gpu.temperature_c, palette, gpu.slowdown_temperature_c),
             "power": cells.power(gpu.power_w, gpu.power_limit_w)
             if wide
             else cells.power_percent(gpu.power_w, gpu.power_limit_w),
@@ -497,16 +497,16 @@ class HostScreen(ConsoleScreen):
             widget.show(
                 [
                     (f"GPU {gpu} {label} ", "dim"),
-                    (sparkline(values, low, top, width), self._trend_style(label, now)),
+                    (sparkline(values, low, top, width), self._trend_style(label, now, state)),
                     (f" {now:.0f}{unit}", ""),
                 ]
             )
 
-    def _trend_style(self, label: str, now: float) -> str:
+    def _trend_style(self, label: str, now: float, state: GpuState | None) -> str:
         if label == "util":
             return self.palette.utilization(now)
         if label == "temp":
-            return self.palette.temperature(now)
+            return self.palette.temperature(now, state.slowdown_temperature_c if state else None)
         return self.palette["util-mid"]
 
     def _show_findings(self) -> None:

@@ -13,7 +13,12 @@ from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 from gpuconsole.core.model import PcieLink, Severity
-from gpuconsole.rules.limits import MEMORY_FULL_FRACTION, MEMORY_RESERVE_FRACTION, TEMP_HIGH_C
+from gpuconsole.rules.limits import (
+    MEMORY_FULL_FRACTION,
+    MEMORY_RESERVE_FRACTION,
+    TEMP_WARM_BELOW_C,
+    hot_line_c,
+)
 
 NA = "N/A"
 ELLIPSIS = "…"
@@ -25,7 +30,6 @@ _EIGHTHS = " ▏▎▍▌▋▊▉"
 # reserve are the health rules' (`gpuconsole.rules.limits`).
 UTIL_HIGH = 90.0
 UTIL_LOW = 30.0
-TEMP_WARM = 60.0
 
 SEVERITY_BADGES = {Severity.INFO: "info", Severity.WARNING: "WARN", Severity.CRITICAL: "CRIT"}
 
@@ -53,6 +57,37 @@ NO_COLOUR_BANDS: Mapping[str, str] = {
 plain text). A critical value is reversed, a warning or a hot GPU bold, an idle one dim."""
 
 
+def band_legend(palette: Palette) -> Text:
+    """What the colours mean, in the bands' own colours: the help screen's legend."""
+    hot = hot_line_c(None)
+    warm = hot - TEMP_WARM_BELOW_C
+    reserve = MEMORY_RESERVE_FRACTION * 100
+    full = MEMORY_FULL_FRACTION * 100
+    return Text.assemble(
+        ("Colours\n", "bold"),
+        "temperature ",
+        ("cool", palette["temp-cool"]),
+        f" below {warm:.0f} °C, ",
+        ("warm", palette["temp-warm"]),
+        " from there, ",
+        ("hot", palette["temp-hot"]),
+        f" from {hot:.0f} °C, each {TEMP_WARM_BELOW_C:.0f} °C lower on a GPU whose own slowdown "
+        f"temperature is below {hot:.0f} °C\n",
+        "utilization ",
+        ("idle", palette["util-low"]),
+        f" below {UTIL_LOW:.0f} %, ",
+        ("busy", palette["util-mid"]),
+        ", ",
+        ("full", palette["util-high"]),
+        f" from {UTIL_HIGH:.0f} % (the ideal)\n",
+        "memory ",
+        ("past the reserve", palette["severity-warning"]),
+        f" above {reserve:.0f} % used, ",
+        ("nearly full", palette["severity-critical"]),
+        f" above {full:.0f} %",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Palette:
     """The theme's band colours, read once per theme change."""
@@ -67,10 +102,13 @@ class Palette:
             return self["util-high"]
         return self["util-mid"] if pct >= UTIL_LOW else self["util-low"]
 
-    def temperature(self, celsius: float) -> str:
-        if celsius >= TEMP_HIGH_C:
+    def temperature(self, celsius: float, slowdown_c: float | None = None) -> str:
+        """Hot from the GPU's hot line (`hot_line_c`: 85 °C, or its slowdown temperature where
+        lower), warm within `TEMP_WARM_BELOW_C` under it, cool below."""
+        hot = hot_line_c(slowdown_c)
+        if celsius >= hot:
             return self["temp-hot"]
-        return self["temp-warm"] if celsius >= TEMP_WARM else self["temp-cool"]
+        return self["temp-warm"] if celsius >= hot - TEMP_WARM_BELOW_C else self["temp-cool"]
 
     def memory(self, fraction: float) -> str:
         if fraction >= MEMORY_FULL_FRACTION:
@@ -131,10 +169,11 @@ def memory_percent(used: float | None, total: float | None, palette: Palette) ->
     return Text(f"{fraction * 100:3.0f}%", style=palette.memory(fraction))
 
 
-def temperature(celsius: float | None, palette: Palette) -> Text:
+def temperature(celsius: float | None, palette: Palette, slowdown_c: float | None = None) -> Text:
+    """A temperature in the band of its GPU's own slowdown temperature, where known."""
     if celsius is None:
         return na()
-    return Text(f"{celsius:.0f}°C", style=palette.temperature(round(celsius)))
+    return Text(f"{celsius:.0f}°C", style=palette.temperature(round(celsius), slowdown_c))
 
 
 def power(watts: float | None, limit: float | None) -> Text:
