@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuconsole.core import paths
 from gpuconsole.core.model import HostState, Severity
 from gpuconsole.fleet.poller import collect
 from gpuconsole.ui.screens.console import Console
@@ -330,3 +331,26 @@ async def test_help_leads_with_the_keys_of_the_screen_it_was_asked_on(make_app) 
         )
         legend = str(app.screen.query_one("#help-legend", Static).content)
         assert "warm" in legend and "slowdown temperature" in legend
+
+
+async def test_the_palettes_screenshot_is_saved_in_its_folder_or_says_why_not(
+    make_app, tmp_path, monkeypatch
+) -> None:
+    from notices import notice_texts
+
+    folder = tmp_path / "shots"
+    monkeypatch.setenv(paths.SCREENSHOTS.variable, str(folder))
+    app = make_app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        app.deliver_screenshot()
+        (saved,) = folder.iterdir()
+        assert saved.suffix == ".svg" and "demo rack" in saved.read_text().replace("&#160;", " ")
+        said = "".join(await notice_texts(pilot)).replace("\n", "")
+        assert said.startswith("screenshot saved:") and said.endswith(str(saved))
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        monkeypatch.setenv(paths.SCREENSHOTS.variable, str(blocker / "shots"))
+        app.deliver_screenshot()
+        said = " ".join(await notice_texts(pilot)).replace("\n", " ")
+        assert "screenshot not saved to" in said and said.endswith("Not a directory")
+        assert "a-file" in said

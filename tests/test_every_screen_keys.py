@@ -15,7 +15,7 @@ import pyte
 import pytest
 from cli_runner import GPUCONSOLE
 from hostile import run_in_pty
-from notices import Notice, notice_texts, notices
+from notices import notice_texts, notices
 from pilot_wait import until
 from test_app import row_keys, tick
 

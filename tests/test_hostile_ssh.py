@@ -209,7 +209,8 @@ def test_hosts_check_says_why_in_text_and_json(sshd: Sshd, home: Path) -> None:
     done = run_gpuconsole(home, "hosts", "check", "--hosts", "gpu-test")
     assert done.returncode == 2, done.stderr
     assert done.stdout.splitlines() == [
-        f"gpu-test  {'refused':<17}  {'answer':<7}  {'-':>7}  {expected}"
+        f"HOST      {'STATE':<17}  {'ENDED':<7}  {'GPUS':>7}  REASON",
+        f"gpu-test  {'refused':<17}  {'answer':<7}  {'-':>7}  {expected}",
     ]
 
 

@@ -231,6 +231,23 @@ def test_oom_reads_a_log_file_or_stdin(tmp_path: Path) -> None:
     assert json.loads(piped.stdout)["cause"] == "too-big"
 
 
+def test_oom_dash_on_a_terminal_says_to_paste_then_reads_until_ctrl_d(tmp_path: Path) -> None:
+    """At a terminal, `oom -` asks for the log (a pipe gets no prompt: see above); what is pasted
+    is read up to Ctrl-D and explained."""
+    from cli_runner import GPUCONSOLE, ROOT
+    from hostile import run_in_pty
+
+    from gpuconsole.cli.commands.oom import PASTE_PROMPT
+
+    pasted = H200["too_big"].replace("\n", "\r").encode() + b"\r\x04"
+    env = {**os.environ, "NO_COLOR": "1", "TERM": "xterm"}
+    command = [*GPUCONSOLE, "oom", "-"]
+    output, _ = run_in_pty(command, env, [(1.5, pasted)], size=(200, 40), cwd=ROOT)
+    text = output.decode(errors="replace").replace("\r\n", "\n")
+    assert text.index(PASTE_PROMPT.split(",")[0]) < text.index("too big"), text[-800:]
+    assert "Ctrl-D" in text
+
+
 def test_the_issues_case_is_fragmentation_in_text_and_json(tmp_path: Path) -> None:
     """7.40 GiB reserved but unallocated, 3.50 GiB asked (the real message): `expandable_segments`
     first, in the text and in the JSON, from a file and from stdin."""

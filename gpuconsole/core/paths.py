@@ -7,6 +7,7 @@ environment variable that moves it.
 | alert rules     | `GPUCONSOLE_ALERTS`      | `<XDG config dir>/gpuconsole/alerts.toml`      |
 | recording       | `GPUCONSOLE_RECORDING`   | `<XDG data dir>/gpuconsole/recording.sqlite`   |
 | bundles (folder)| `GPUCONSOLE_BUNDLE_DIR`  | `<XDG data dir>/gpuconsole/bundles`            |
+| screenshots (folder) | `GPUCONSOLE_SCREENSHOT_DIR` | `<XDG data dir>/gpuconsole/screenshots` |
 | benchmark runs  | `GPUCONSOLE_BENCH_DB`    | `<XDG data dir>/gpuconsole/bench.sqlite`       |
 | audit log       | `GPUCONSOLE_AUDIT_LOG`   | `<XDG state dir>/gpuconsole/audit.jsonl`       |
 | ssh config      | `GPUCONSOLE_SSH_CONFIG`  | ssh's own (`~/.ssh/config`, `/etc/ssh/ssh_config`) |
@@ -56,6 +57,7 @@ INVENTORY = Place("GPUCONSOLE_INVENTORY", platformdirs.user_config_dir, "hosts.t
 ALERTS = Place("GPUCONSOLE_ALERTS", platformdirs.user_config_dir, "alerts.toml")
 RECORDING = Place("GPUCONSOLE_RECORDING", platformdirs.user_data_dir, "recording.sqlite")
 BUNDLES = Place("GPUCONSOLE_BUNDLE_DIR", platformdirs.user_data_dir, "bundles")
+SCREENSHOTS = Place("GPUCONSOLE_SCREENSHOT_DIR", platformdirs.user_data_dir, "screenshots")
 BENCH_DB = Place("GPUCONSOLE_BENCH_DB", platformdirs.user_data_dir, "bench.sqlite")
 AUDIT_LOG = Place("GPUCONSOLE_AUDIT_LOG", platformdirs.user_state_dir, "audit.jsonl")
 

@@ -112,9 +112,10 @@ def exit_code(results: list[HostCheck]) -> int:
 
 
 def results_text(results: list[HostCheck]) -> str:
-    """One line per host (name, state, what ended the wait, GPUs, reason), then its notices."""
-    width = max(len(r.name) for r in results)
-    lines = []
+    """A header, then one line per host (name, state, what ended the wait, GPUs, reason), each
+    followed by its notices."""
+    width = max(len("HOST"), *(len(r.name) for r in results))
+    lines = [f"{'HOST':<{width}}  {'STATE':<17}  {'ENDED':<7}  {'GPUS':>7}  REASON"]
     for r in results:
         gpus = "-" if r.gpus is None else f"{r.gpus} GPUs"
         lines.append(

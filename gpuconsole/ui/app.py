@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from textual.app import App
@@ -13,6 +14,7 @@ from textual.notifications import Notification, Notify, SeverityLevel
 from textual.worker import Worker, WorkerState
 
 from gpuconsole.actions.processes import ProcessSignals
+from gpuconsole.core import paths
 from gpuconsole.core.clock import Clock, wall_clock
 from gpuconsole.fleet.alerts.defaults import DEFAULT_RULES
 from gpuconsole.fleet.alerts.rules import AlertRule
@@ -585,6 +587,25 @@ class GpuConsoleApp(App[None]):
                 self.copy(found[index].what, found[index].value)
 
         self.push_screen(CopyScreen(found), chosen)
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        """The palette's Screenshot, written into the screenshot folder, and a notice that says
+        where, or why not. (Textual's default folder, the user's Downloads, is missing on most
+        servers, and its notice then said only that the save failed.)"""
+        from gpuconsole.core.private_files import make_private_dirs
+
+        folder = Path(path) if path is not None else paths.SCREENSHOTS.path()
+        try:
+            make_private_dirs(folder)
+            written = self.save_screenshot(filename, str(folder), time_format)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            self.notify(f"screenshot not saved to {folder}: {reason}", severity="error")
+            return None
+        self.notify(f"screenshot saved: {written}", timeout=6, kind="screenshot")
+        return None
 
     def copy(self, what: str, value: str) -> None:
         """``value`` to the clipboard (OSC 52, which the terminal applies), and a notice."""

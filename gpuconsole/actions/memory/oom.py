@@ -153,14 +153,17 @@ MAX_STREAM_BYTES = 1 << 30
 
 
 def read_log(log: BinaryIO) -> str:
-    """The last `MAX_LOG_BYTES` of a log: a file is read from there, a pipe to its end (at most
-    `MAX_STREAM_BYTES`) keeping only its tail. OomParseError past that bound."""
+    """The last `MAX_LOG_BYTES` of a log: a file is read from there, a pipe or a terminal to its
+    end (at most `MAX_STREAM_BYTES`) keeping only its tail. OomParseError past that bound."""
     status = os.fstat(log.fileno())
     if stat.S_ISREG(status.st_mode):
         log.seek(max(0, status.st_size - MAX_LOG_BYTES))
         return log.read(MAX_LOG_BYTES).decode("utf-8", errors="replace")
     tail, total = b"", 0
-    while chunk := log.read(1 << 20):
+    # read1: what one read gives, so that a terminal's Ctrl-D (one empty read) ends the paste
+    # where read() would wait for a second one
+    read = getattr(log, "read1", log.read)
+    while chunk := read(1 << 20):
         total += len(chunk)
         if total > MAX_STREAM_BYTES:
             raise OomParseError(f"more than {MAX_STREAM_BYTES >> 30} GiB without an end")

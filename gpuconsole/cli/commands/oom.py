@@ -35,6 +35,12 @@ def add(commands: Subcommands) -> None:
     oom.set_defaults(run=run)
 
 
+PASTE_PROMPT = (
+    "Paste the log or traceback with the 'CUDA out of memory' message, then press Ctrl-D on a "
+    "line of its own."
+)
+
+
 def run(args: argparse.Namespace) -> int:
     from gpuconsole.actions.memory.oom import OomParseError, diagnose, parse_oom, read_log
     from gpuconsole.actions.memory.output import diagnosis_dict, diagnosis_text
@@ -42,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     name = "stdin" if args.log == "-" else args.log
     try:
         if args.log == "-":
+            if sys.stdin.isatty():  # a person at a terminal, not a pipe: say what to do
+                print(PASTE_PROMPT, file=sys.stderr, flush=True)
             text = read_log(sys.stdin.buffer)
         else:
             with Path(args.log).open("rb") as log:
