@@ -147,6 +147,7 @@ def test_the_healthy_h200_has_no_cause_and_nothing_found() -> None:
 
 def test_the_walk_follows_the_documented_order() -> None:
     assert CAUSE_ORDER == (
+        "no-nvidia-gpu",
         "driver-not-loaded",
         "no-driver-installed",
         "nouveau-loaded",
@@ -162,6 +163,33 @@ def test_the_walk_follows_the_documented_order() -> None:
 
 
 # -- each cause ------------------------------------------------------------------------------
+
+
+def test_a_machine_whose_bus_shows_no_nvidia_gpu_gets_no_driver_plan() -> None:
+    """No driver installed or loaded, and the bus shows only an NVIDIA audio function: the one
+    cause is the missing GPU, and its plan runs nothing (it was a driver install)."""
+    from gpuconsole.actions.repair.plans import PlanFacts
+    from gpuconsole.actions.repair.session import plans_for
+
+    evidence = driver_down(
+        **{
+            "nvidia-pci": out("0x040300\n"),
+            "module-file": out("", 1, "modinfo: ERROR: Module nvidia not found.\n"),
+            "driver-packages": out(""),
+            "dkms": out(""),
+            "smi": out("", None),
+        }
+    )
+    diagnosis = run(evidence)
+    assert causes(diagnosis) == ["no-nvidia-gpu"]
+    assert walked(diagnosis)["driver-not-loaded"] is True  # still answered, as a consequence
+    (plan,) = plans_for(diagnosis, PlanFacts())
+    assert plan.cause_id == "no-nvidia-gpu" and plan.steps == () and not plan.reboot
+    assert any("lspci -d 10de:" in note for note in plan.notes)
+    with_gpu = run({**evidence, "nvidia-pci": out("0x030200\n0x068000\n")})
+    assert "no-nvidia-gpu" not in causes(with_gpu)
+    assert walked(with_gpu)["no-nvidia-gpu"] is False
+    assert walked(run({**evidence, "nvidia-pci": out("", 1)}))["no-nvidia-gpu"] is None
 
 
 def test_a_driver_that_is_installed_but_not_loaded() -> None:

@@ -53,6 +53,22 @@ def write_tools(directory: Path, log: Path, tools: Sequence[str] = TOOLS) -> Pat
     return directory
 
 
+def sysfs_with_one_gpu(root: Path) -> Path:
+    """A sysfs tree whose PCI bus holds one NVIDIA GPU (and its audio function) beside another
+    vendor's device: this machine, seen by the probes (``GPUCONSOLE_SYSFS``), as a GPU host whose
+    driver is missing, rather than a machine without a GPU, where repair plans nothing."""
+    devices = root / "bus" / "pci" / "devices"
+    for address, vendor, pci_class in (
+        ("0000:00:01.0", "0x8086", "0x060000"),
+        ("0000:17:00.0", "0x10de", "0x030200"),
+        ("0000:17:00.1", "0x10de", "0x040300"),
+    ):
+        (devices / address).mkdir(parents=True)
+        (devices / address / "vendor").write_text(f"{vendor}\n")
+        (devices / address / "class").write_text(f"{pci_class}\n")
+    return root
+
+
 def act_as_user(directory: Path, sudo_needs_password: bool) -> None:
     """`id -u` says 1000, and `sudo -n` either runs the command or wants a password."""
     (directory / "id").write_text("#!/bin/sh\necho 1000\n")

@@ -1,5 +1,5 @@
-"""The repair panel on this machine (no NVIDIA driver): diagnosis on open, then each plan run
-only after a yes, with the system tools as recording stand-ins."""
+"""The repair panel on this machine (no NVIDIA driver; its bus shown with one GPU): diagnosis on
+open, then each plan run only after a yes, with the system tools as recording stand-ins."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 from pilot_wait import until
-from test_repair_execute import calls, write_tools
+from test_repair_execute import calls, sysfs_with_one_gpu, write_tools
 
+from gpuconsole.actions.verify.probes import SYSFS_VARIABLE
 from gpuconsole.hosts.targets import Context, Target
 from gpuconsole.ui.screens.confirm import ConfirmScreen
 from gpuconsole.ui.screens.repair import RepairScreen
@@ -24,6 +25,7 @@ def log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "calls.log"
     tools = write_tools(tmp_path / "bin", path, CHANGERS)
     monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    monkeypatch.setenv(SYSFS_VARIABLE, str(sysfs_with_one_gpu(tmp_path / "sys")))
     return path
 
 

@@ -24,7 +24,14 @@ from gpuconsole.actions.output import CommandOutput
 from gpuconsole.actions.repair.model import Cause, Diagnosis, Distro, Family, Walked
 from gpuconsole.actions.verify.checks import CHECKS, dkms, row_remap, xid_log
 from gpuconsole.actions.verify.model import Check, CheckResult, Evidence, Probe, Status
-from gpuconsole.actions.verify.probes import SMI, SMI_QUERY, UNAME, WITH_SBIN
+from gpuconsole.actions.verify.probes import (
+    NVIDIA_PCI,
+    SMI,
+    SMI_QUERY,
+    UNAME,
+    WITH_SBIN,
+    nvidia_gpus_on_bus,
+)
 from gpuconsole.actions.verify.runner import distinct_probes, judge_all
 from gpuconsole.core.xid import FALLEN_OFF_THE_BUS
 from gpuconsole.hosts.targets import Context
@@ -248,6 +255,15 @@ class _About:
 
 
 ABOUT: dict[str, _About] = {
+    "no-nvidia-gpu": _About(
+        "No NVIDIA GPU on this machine",
+        "Does the PCI bus show an NVIDIA GPU?",
+        "The PCI bus lists no NVIDIA display controller, so there is nothing for a driver to "
+        "drive: installing or loading one changes nothing. Check that the GPU is seated and "
+        "powered (a GPU that fell off the bus before a reboot can stay missing after it), or, "
+        "in a VM, that it is passed through to this guest; `lspci -d 10de:` lists what the bus "
+        "sees. The walk's other answers follow from this one.",
+    ),
     "driver-not-loaded": _About(
         "The NVIDIA driver is not loaded",
         "Is the NVIDIA kernel module loaded, and does nvidia-smi reach it?",
@@ -350,6 +366,19 @@ def _walked(cause_id: str, found: bool | None, *evidence: str) -> Walked:
 
 _CANNOT_COMMUNICATE = "couldn't communicate with the nvidia driver"
 _DRIVER_NOT_LOADED_EXIT = 9  # nvidia-smi's exit code (gpu-facts.md, "nvidia-smi exit codes")
+
+
+def _no_nvidia_gpu(seen: _Seen) -> Walked:
+    count = nvidia_gpus_on_bus(seen.evidence)
+    if count is None:
+        return _walked("no-nvidia-gpu", None, "the PCI bus could not be read (no sysfs)")
+    if count == 0:
+        classes = seen.evidence[NVIDIA_PCI.name].lines(3)
+        shown = f"NVIDIA devices of other classes: {', '.join(classes)}" if classes else ""
+        return _walked(
+            "no-nvidia-gpu", True, "the PCI bus shows no NVIDIA display controller", shown
+        )
+    return _walked("no-nvidia-gpu", False, f"the PCI bus shows {count} NVIDIA GPU(s)")
 
 
 def _driver_not_loaded(seen: _Seen) -> Walked:
@@ -576,6 +605,7 @@ def _row_remap_pending(seen: _Seen) -> Walked:
 
 
 _WALK = (
+    _no_nvidia_gpu,
     _driver_not_loaded,
     _no_driver_installed,
     _nouveau_loaded,
@@ -603,5 +633,8 @@ def diagnose(evidence: Evidence, context: Context) -> Diagnosis:
     seen = _Seen(evidence, {r.id: r for r in results})
     walk = tuple(step(seen) for step in _WALK)
     distro = parse_distro(evidence[OS_RELEASE.name], evidence[UNAME.name])
-    causes = tuple(_cause(w) for w in walk if w.found)
+    found = [w for w in walk if w.found]
+    if walk[0].found:  # no GPU: every other cause follows from it, and no plan can help
+        found = [walk[0]]
+    causes = tuple(_cause(w) for w in found)
     return Diagnosis(context.host, distro, walk, causes, results)

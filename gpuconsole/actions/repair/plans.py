@@ -433,6 +433,17 @@ def _start_persistenced(distro: Distro, facts: PlanFacts) -> Built:
     return steps, notes
 
 
+def _find_the_gpu(distro: Distro, facts: PlanFacts) -> Built:
+    notes = (
+        "No command here brings a GPU the bus does not show: no driver is installed or loaded "
+        "for it, since nothing would drive it.",
+        "On a server: check the GPU is seated and powered, and look for it in the BMC's "
+        "inventory; `lspci -d 10de:` lists what the bus sees. In a VM: pass the GPU through to "
+        "this guest. Then run the repair again.",
+    )
+    return (), notes
+
+
 def _reboot_for_lost_gpu(distro: Distro, facts: PlanFacts) -> Built:
     notes = (
         "A GPU that fell off the bus (XID 79) does not come back with a GPU reset; NVIDIA's "
@@ -564,6 +575,11 @@ _INSTALL = _Recipe(
     reboot=True,
 )
 _RECIPES: dict[str, _Recipe] = {
+    "no-nvidia-gpu": _Recipe(
+        "Find the GPU: nothing to install or load without one",
+        "The driver-loaded check no longer says there is no NVIDIA GPU on this machine.",
+        _find_the_gpu,
+    ),
     "driver-not-loaded": _Recipe(
         "Load the NVIDIA driver",
         "driver-loaded and nvidia-smi pass: /proc/driver/nvidia/version names the driver and "

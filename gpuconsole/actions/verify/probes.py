@@ -60,10 +60,14 @@ SMI = Probe("smi", "nvidia-smi")
 the driver and the CUDA version the driver supports."""
 SMI_QUERY = Probe("smi-query", f"nvidia-smi --query-gpu={','.join(SMI_FIELDS)} --format=csv")
 """One CSV row per GPU, with a header line (the fields above)."""
+SYSFS_VARIABLE = "GPUCONSOLE_SYSFS"
+"""Where the probes find sysfs on the machine they run on, /sys unless its shell sets this: a
+container that mounts the host's sysfs elsewhere (node_exporter's ``--path.sysfs`` answers the
+same need)."""
 NVIDIA_PCI = Probe(
     "nvidia-pci",
-    "cd /sys/bus/pci/devices && { for d in *; do grep -qsx 0x10de $d/vendor && cat $d/class; "
-    "done; true; }",
+    f'cd "${{{SYSFS_VARIABLE}:-/sys}}/bus/pci/devices" && {{ for d in *; do '
+    "grep -qsx 0x10de $d/vendor && cat $d/class; done; true; }",
 )
 """The PCI class of every NVIDIA device on the bus (vendor 0x10de: GPUs are class 0x03....,
 their audio functions and NVSwitches other classes), one per line; it fails without sysfs."""
