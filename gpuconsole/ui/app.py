@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from gpuconsole.fleet.alerts.engine import Alert, AlertEngine
     from gpuconsole.fleet.record.recorder import Recorder
     from gpuconsole.fleet.store import FleetStore
+    from gpuconsole.ui.screens.command_line import Destination
     from gpuconsole.ui.screens.gpu import RecordedPast
 
 
@@ -107,6 +108,15 @@ class GpuConsoleApp(App[None]):
             id="triage",
             show=False,
             tooltip="every finding and firing alert, worst first, then newest, with what to do",
+        ),
+        Binding(
+            "colon",
+            "command_line",
+            "Go to",
+            id="command-line",
+            show=False,
+            tooltip="type where to go: fleet, alerts, triage, host NAME, gpu HOST N, job ID "
+            "(Tab completes)",
         ),
         Binding(
             "y",
@@ -540,6 +550,37 @@ class GpuConsoleApp(App[None]):
 
         if not isinstance(self.screen, TriageScreen):
             self.push_screen(TriageScreen())
+
+    def action_command_line(self) -> None:
+        from gpuconsole.ui.screens.command_line import CommandLineScreen
+
+        self.push_screen(CommandLineScreen(self.store), self._go_to)
+
+    def _go_to(self, destination: Destination | None) -> None:
+        """Where the command line said: a screen from the fleet's, so Esc leads back there."""
+        from gpuconsole.ui.screens.host import HostScreen
+
+        if destination is None:
+            return
+        if destination.screen == "alerts":
+            self.action_alerts()
+            return
+        if destination.screen == "triage":
+            self.action_triage()
+            return
+        fleet = self._back_to_fleet()
+        if destination.host is not None:
+            self.push_screen(HostScreen(destination.host, destination.gpu))
+            if destination.gpu is not None:
+                self.show_gpu(destination.host, destination.gpu)
+        elif destination.job is not None and fleet is not None:
+            fleet.filter_by(destination.job)
+
+    def _back_to_fleet(self) -> FleetScreen | None:
+        """Pop the screens above the fleet's; the fleet screen, if it is there."""
+        while len(self.screen_stack) > 2 and not isinstance(self.screen, FleetScreen):
+            self.pop_screen()
+        return self.screen if isinstance(self.screen, FleetScreen) else None
 
     def action_alerts(self) -> None:
         from gpuconsole.ui.screens.alerts import AlertsScreen

@@ -463,6 +463,15 @@ class FleetScreen(ConsoleScreen):
         box.add_class("shown")
         box.focus()
 
+    def filter_by(self, text: str) -> None:
+        """Show only the hosts ``text`` matches (`:job ID` lists the hosts a job runs on)."""
+        box = self.query_one("#filter", Input)
+        box.value = text
+        box.add_class("shown")
+        self.filter_text = text
+        self.refresh_view(None)
+        self.table.focus()
+
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.value = ""
