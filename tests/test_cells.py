@@ -358,3 +358,32 @@ def test_a_finding_wraps_under_its_message() -> None:
         "     → reboot the node; check",
         "     its seating",
     ]
+
+
+# --- the theme in 256 colours ---------------------------------------------------------------------
+
+
+def test_the_dark_themes_backgrounds_stay_grey_in_256_colours() -> None:
+    """Over SSH without COLORTERM the terminal gets 256 colours: the dark theme's backgrounds
+    (and Textual's shades of them) land on the grey ramp, not on navy (colour 17 was the fleet's
+    header and rows)."""
+    from rich.color import Color, ColorSystem
+    from textual.app import App
+
+    from gpuconsole.ui.themes import DARK
+
+    app: App[None] = App()
+    app.register_theme(DARK)
+    app.theme = DARK.name
+    variables = app.get_css_variables()
+    names = [
+        name
+        for name in variables
+        if name.split("-")[0] in ("background", "surface", "panel")
+        and not variables[name].endswith(("%", ")"))
+        and len(variables[name]) == 7
+    ]
+    assert {"background", "surface", "panel", "surface-lighten-1"} <= set(names)
+    for name in names:
+        shade = Color.parse(variables[name]).downgrade(ColorSystem.EIGHT_BIT)
+        assert shade.number == 16 or 232 <= (shade.number or 0) <= 255, (name, variables[name])

@@ -32,9 +32,9 @@ DARK = Theme(
     error="#e05f5f",
     success="#5fc27a",
     foreground="#d8dee6",
-    background="#11151a",
-    surface="#182028",
-    panel="#1f2933",
+    background="#121518",
+    surface="#1a1e22",
+    panel="#23292f",
     dark=True,
     variables={
         "temp-cool": "#5fa8d3",
