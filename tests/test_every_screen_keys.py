@@ -235,6 +235,37 @@ async def test_the_sorted_column_says_so_in_its_header_and_s_reverses_it(make_ap
         assert await notices(pilot) == []
 
 
+async def test_o_orders_the_process_list_and_its_header_says_by_what(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("enter", "tab")
+        table = app.screen.query_one("#processes", KeyedTable)
+        snapshot = app.fleet.store.latest(app.screen.host)
+        by_pid = {p.pid: p for p in snapshot.processes}
+
+        def shown() -> tuple[list[str], list[int]]:
+            headers = [str(column.label) for column in table.columns.values()]
+            pids = [int(row.key.value.partition("/")[2]) for row in table.ordered_rows]
+            return headers, pids
+
+        headers, pids = shown()
+        assert "GPU▲" in headers and [by_pid[p].gpu for p in pids] == sorted(
+            by_pid[p].gpu for p in pids
+        )
+        await pilot.press("o")
+        headers, pids = shown()
+        memory = [by_pid[p].used_memory_mib or 0 for p in pids]
+        assert "Memory▼" in headers and memory == sorted(memory, reverse=True)
+        await pilot.press("o", "o")
+        headers, pids = shown()
+        started = [by_pid[p].started for p in pids]
+        assert "Age▼" in headers and started == sorted(started)  # the longest running first
+        await pilot.press("o")
+        assert shown()[1] == sorted(by_pid)
+        await pilot.press("o")
+        assert "GPU▲" in shown()[0]
+
+
 def test_a_long_path_in_a_notice_is_never_broken_in_a_name() -> None:
     home = os.path.expanduser("~")
     name = "gpuconsole-bundle-h100-01-20260101T001500Z.tar.gz"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import signal
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -107,16 +109,43 @@ def gpu_columns(width: int) -> tuple[ColumnSpec, ...]:
     return fit_columns(_GPU_WIDE if width >= WIDE_FROM else _GPU_NARROW, width)
 
 
+def _most_first(value: float | None) -> float:
+    return float("inf") if value is None else -value
+
+
+PROCESS_ORDERS = ("gpu", "memory", "sm", "age", "pid")
+"""The process list's orders (`o` cycles them): by GPU (the biggest first on each), by GPU
+memory, by SM share, the longest running first, by PID."""
+_PROCESS_SORT: dict[str, Callable[[GpuProcess], tuple[float, ...]]] = {
+    "gpu": lambda p: (p.gpu, _most_first(p.used_memory_mib), p.pid),
+    "memory": lambda p: (_most_first(p.used_memory_mib), p.gpu, p.pid),
+    "sm": lambda p: (_most_first(p.load.sm_pct if p.load else None), p.gpu, p.pid),
+    "age": lambda p: (float("inf") if p.started is None else p.started, p.gpu, p.pid),
+    "pid": lambda p: (p.pid, p.gpu),
+}
+"""Each order's key; a process without the figure comes last, ties go by GPU, then PID."""
+
+
 @functools.lru_cache(maxsize=32)  # asked every tick, the same for a width
-def process_columns(width: int, video: bool) -> tuple[ColumnSpec, ...]:
+def process_columns(
+    width: int, video: bool, order: str = PROCESS_ORDERS[0]
+) -> tuple[ColumnSpec, ...]:
     """The process list's columns on a screen ``width`` cells wide; ``video``: some process on
-    the host uses the encoder or decoder."""
+    the host uses the encoder or decoder; ``order``: the column the rows are sorted by, whose
+    header carries the arrow."""
     fixed = [*_PROCESS_HEAD]
     if width >= WIDE_FROM:
         fixed += [*_PROCESS_WIDE, *(_PROCESS_VIDEO if video else ()), _PROCESS_MEMORY, _PROCESS_AGE]
     else:
         fixed.append(_PROCESS_MEMORY)
-    return fit_columns((*fixed, *_PROCESS_TAIL), width)
+    arrow = "▲" if order in ("gpu", "pid") else "▼"  # up: the smallest first
+    marked = [
+        replace(spec, label=f"{spec.label}{arrow}", width=max(spec.width or 0, len(spec.label) + 1))
+        if spec.key == order
+        else spec
+        for spec in fixed
+    ]
+    return fit_columns((*marked, *_PROCESS_TAIL), width)
 
 
 _TREND_LABEL_WIDTH = 18  # "GPU 7 power " before the line, " 700W" after it
@@ -185,7 +214,7 @@ class HostScreen(ConsoleScreen):
     """
     FOCUS_KEYS = {
         "gpus": ("host.gpu",),
-        "processes": ("host.terminate", "host.kill", "copy"),
+        "processes": ("host.terminate", "host.kill", "copy", "host.process-order"),
     }
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="host.back"),
@@ -277,6 +306,15 @@ class HostScreen(ConsoleScreen):
             tooltip="send KILL to the process under the cursor (asks first)",
         ),
         Binding(
+            "o",
+            "order_processes",
+            "Order",
+            id="host.process-order",
+            show=False,
+            tooltip="sort the process list by GPU, GPU memory, SM share, age or PID; the sorted "
+            "column's header has the arrow",
+        ),
+        Binding(
             "tab",
             "app.focus_next",
             "GPUs/processes",
@@ -292,6 +330,7 @@ class HostScreen(ConsoleScreen):
         self.host = host
         self._initial_gpu = gpu
         self._wide: bool | None = None
+        self.process_order = PROCESS_ORDERS[0]
 
     def where(self) -> str:
         return f"host {self.host}"
@@ -359,7 +398,7 @@ class HostScreen(ConsoleScreen):
         self.query_one("#host-info", Steady).show(self._info(snapshot))
         gpus.sync(self._gpu_rows())
         processes = self.query_one("#processes", KeyedTable)
-        columns = process_columns(self.size.width or 80, _uses_video(snapshot))
+        columns = process_columns(self.size.width or 80, _uses_video(snapshot), self.process_order)
         processes.set_columns(columns)
         processes.sync(self._process_rows(snapshot, columns))
         self._show_trends()
@@ -457,7 +496,7 @@ class HostScreen(ConsoleScreen):
     ) -> list[tuple[str, Cells]]:
         if snapshot is None:
             return []
-        ordered = sorted(snapshot.processes, key=lambda p: (p.gpu, -(p.used_memory_mib or 0)))
+        ordered = sorted(snapshot.processes, key=_PROCESS_SORT[self.process_order])
         return [(_process_key(p), self._process_cells(p, snapshot.time, columns)) for p in ordered]
 
     def _process_cells(self, p: GpuProcess, now: float, columns: tuple[ColumnSpec, ...]) -> Cells:
@@ -544,6 +583,11 @@ class HostScreen(ConsoleScreen):
     @on(DataTable.RowSelected, "#gpus")
     def _gpu_selected(self, _event: DataTable.RowSelected) -> None:
         self.action_open_gpu()
+
+    def action_order_processes(self) -> None:
+        index = PROCESS_ORDERS.index(self.process_order)
+        self.process_order = PROCESS_ORDERS[(index + 1) % len(PROCESS_ORDERS)]
+        self.refresh_view(None)
 
     def action_open_gpu(self) -> None:
         gpu = self.selected_gpu
