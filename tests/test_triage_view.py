@@ -317,3 +317,34 @@ def test_each_row_says_whose_work_it_affects() -> None:
     by_gpu = {i.gpu: i.affects for i in items}
     assert by_gpu[0] == ("job 41327 (alice, llama-ft)", "container docker:0123456789ab")
     assert by_gpu[1] == ()  # a process of no job or container: no owner to name
+
+
+async def test_slash_filters_triage_and_alerts_by_whole_words_and_esc_clears_first(
+    make_app, clock
+) -> None:
+    from gpuconsole.ui.screens.alerts import AlertsScreen
+    from gpuconsole.ui.screens.fleet import FleetScreen
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        tick(app, clock)
+        await pilot.press("T", "i", "slash", *"h100-02")
+        screen = app.screen
+        assert isinstance(screen, TriageScreen)
+        table = screen.query_one("#triage", KeyedTable)
+        mine = [i for i in screen.items if i.host == "h100-02"]
+        assert mine and table.row_count == len(mine) < len(screen.items)
+        await pilot.press("enter", "escape")  # the filter goes first
+        assert isinstance(app.screen, TriageScreen) and table.row_count == len(screen.items)
+        await pilot.press("slash", *"crit")
+        assert {i.severity for i in screen.shown} == {Severity.CRITICAL}
+        await pilot.press("enter", "escape", "escape")
+        assert isinstance(app.screen, FleetScreen)
+
+        await pilot.press("a", "slash", *"gpu-xid")
+        alerts = app.screen
+        assert isinstance(alerts, AlertsScreen)
+        rows = alerts.query_one("#alerts", KeyedTable)
+        assert rows.row_count == 1 and rows.cursor_key == "gpu-xid|h100-01|3"
+        await pilot.press("enter", "escape")
+        assert rows.row_count == len(app.fleet.alerts.active())

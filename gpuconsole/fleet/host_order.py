@@ -77,7 +77,7 @@ def fleet_order(store: FleetStore, by: str, text: str = "", reverse: bool = Fals
     return sort_hosts(store, matching, by, reverse)
 
 
-_WORDS_OF_SEVERITY = {
+SEVERITY_WORDS = {
     Severity.CRITICAL: "crit critical",
     Severity.WARNING: "warn warning",
     Severity.INFO: "info",
@@ -104,7 +104,13 @@ def host_matches(store: FleetStore, host: str, text: str) -> bool:
             haystack.append(f"{snapshot.node.state} {snapshot.node.reason or ''}")
     for finding in store.findings(host):
         haystack.append(f"{finding.code} {finding.message}")
-        haystack.append(_WORDS_OF_SEVERITY[finding.severity])
+        haystack.append(SEVERITY_WORDS[finding.severity])
+    return words_match(terms, haystack)
+
+
+def words_match(terms: Iterable[str], haystack: Iterable[str]) -> bool:
+    """Whether every term (lower case) is a whole word, or run of words, of some text of
+    ``haystack``: the one rule of every list's filter (the fleet's, triage's, the alerts')."""
     lowered = [item.lower() for item in haystack]
     return all(any(_whole_word(term).search(item) for item in lowered) for term in terms)
 

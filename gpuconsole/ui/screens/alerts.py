@@ -20,17 +20,19 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, OptionList, Static
+from textual.widgets import DataTable, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from gpuconsole.core.model import Severity
 from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender, DeliveryError, identity
 from gpuconsole.fleet.alerts.engine import FIRING, Alert, AlertEngine, AlertKey
+from gpuconsole.fleet.host_order import SEVERITY_WORDS, words_match
 from gpuconsole.ui.messages import ShowGpu
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
 from gpuconsole.ui.screens.confirm import ConfirmScreen
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.cells import duration as age
+from gpuconsole.ui.widgets.filter_box import FilterBox
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
 
 # By priority: where the width is short the start time goes first (For says how long), then the
@@ -89,6 +91,11 @@ class SilenceScreen(ModalScreen[float | None]):
         self.dismiss(None)
 
 
+def _words_of(alert: Alert) -> list[str]:
+    """What the filter matches an alert against."""
+    return [alert.where, alert.rule, SEVERITY_WORDS[alert.severity], alert.state, alert.message]
+
+
 class AlertsScreen(ConsoleScreen):
     """Every active alert, the most severe first, firing before pending, then the oldest; info
     alerts folded away until `i` shows them."""
@@ -109,7 +116,7 @@ class AlertsScreen(ConsoleScreen):
     """
     FOCUS_KEYS = {"alerts": ("alerts.open",)}
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back", id="alerts.back"),
+        Binding("escape", "back", "Back", id="alerts.back"),
         Binding("enter", "open_host", "Open", id="alerts.open", tooltip="its GPU, or its host"),
         Binding(
             "space",
@@ -128,6 +135,13 @@ class AlertsScreen(ConsoleScreen):
         ),
         Binding("u", "unsilence", "Unsilence", id="alerts.unsilence", tooltip="lift its silence"),
         Binding("i", "toggle_info", "Info", id="alerts.info", tooltip="show or fold info alerts"),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="alerts.filter",
+            tooltip="by host, rule, crit/warn/info, firing/pending or words of the message",
+        ),
     ]
 
     def __init__(self) -> None:
@@ -148,6 +162,10 @@ class AlertsScreen(ConsoleScreen):
         yield self.title_bar()
         yield Static(id="alerts-delivery", markup=False)
         yield KeyedTable(id="alerts")
+        yield FilterBox(
+            placeholder="filter (whole words): host, rule, crit/warn/info, firing/pending, message",
+            id="alerts-filter",
+        )
         yield Static("No alerts: every rule is quiet.", id="alerts-empty", markup=False)
         yield Static(id="alerts-detail", markup=False)
         yield self.key_bar()
@@ -164,14 +182,39 @@ class AlertsScreen(ConsoleScreen):
         alerts = self.engine.active()
         firing = sum(a.state == FIRING for a in alerts)
         line = f"alerts · {firing} firing, {len(alerts) - firing} pending"
-        folded = len(alerts) - len(self.shown(alerts))
+        folded = 0 if self.info_shown else sum(a.severity is Severity.INFO for a in alerts)
         return f"{line} · {folded} info folded (i)" if folded else line
 
     def shown(self, alerts: list[Alert]) -> list[Alert]:
-        """The alerts listed: info ones only once `i` has shown them."""
-        if self.info_shown:
-            return alerts
-        return [alert for alert in alerts if alert.severity > Severity.INFO]
+        """The alerts listed: info ones only once `i` has shown them, and those the filter
+        matches."""
+        terms = self.query_one("#alerts-filter", FilterBox).terms if self.is_mounted else []
+        return [
+            alert
+            for alert in alerts
+            if (self.info_shown or alert.severity > Severity.INFO)
+            and (not terms or words_match(terms, _words_of(alert)))
+        ]
+
+    def action_filter(self) -> None:
+        self.query_one("#alerts-filter", FilterBox).open()
+
+    def action_back(self) -> None:
+        """Esc clears the filter first, then leaves."""
+        box = self.query_one("#alerts-filter", FilterBox)
+        if box.active:
+            box.close()
+            self.table.focus()
+            return
+        self.app.pop_screen()
+
+    @on(Input.Changed, "#alerts-filter")
+    def _filter_changed(self, _event: Input.Changed) -> None:
+        self.refresh_view(None)
+
+    @on(Input.Submitted, "#alerts-filter")
+    def _filter_done(self, _event: Input.Submitted) -> None:
+        self.table.focus()
 
     def action_toggle_info(self) -> None:
         self.info_shown = not self.info_shown

@@ -26,6 +26,7 @@ from gpuconsole.rules.summary import short_model, summarize
 from gpuconsole.ui.messages import ShowVerify
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, gpu_copyables
 from gpuconsole.ui.widgets import cells
+from gpuconsole.ui.widgets.filter_box import FilterBox
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
 from gpuconsole.ui.widgets.title_bar import Part, part
 
@@ -134,14 +135,6 @@ class FleetScreen(ConsoleScreen):
         height: 1fr;
         max-height: 100%;
     }
-    FleetScreen #filter {
-        display: none;
-        dock: bottom;
-        margin-bottom: 1;
-    }
-    FleetScreen #filter.shown {
-        display: block;
-    }
     """
     PINNED_KEYS = frozenset({"fleet.open", "alerts", "triage", "quit"})
     FOCUS_KEYS = {"fleet": ("fleet.open",)}
@@ -210,7 +203,7 @@ class FleetScreen(ConsoleScreen):
     def compose(self) -> ComposeResult:
         yield self.title_bar()
         yield KeyedTable(id="fleet")
-        yield Input(
+        yield FilterBox(
             placeholder="filter (whole words): host, state, crit/warn, model, code, job, user",
             id="filter",
         )
@@ -459,13 +452,11 @@ class FleetScreen(ConsoleScreen):
         return [*found, Copyable("host name", host)]
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.add_class("shown")
-        box.focus()
+        self.query_one("#filter", FilterBox).open()
 
     def filter_by(self, text: str) -> None:
         """Show only the hosts ``text`` matches (`:job ID` lists the hosts a job runs on)."""
-        box = self.query_one("#filter", Input)
+        box = self.query_one("#filter", FilterBox)
         box.value = text
         box.add_class("shown")
         self.filter_text = text
@@ -473,9 +464,7 @@ class FleetScreen(ConsoleScreen):
         self.table.focus()
 
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.value = ""
-        box.remove_class("shown")
+        self.query_one("#filter", FilterBox).close()
         self.table.focus()
 
     @on(Input.Changed, "#filter")
@@ -486,5 +475,5 @@ class FleetScreen(ConsoleScreen):
     @on(Input.Submitted, "#filter")
     def _filter_done(self, _event: Input.Submitted) -> None:
         if not self.filter_text:
-            self.query_one("#filter", Input).remove_class("shown")
+            self.query_one("#filter", FilterBox).remove_class("shown")
         self.table.focus()

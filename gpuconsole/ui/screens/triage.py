@@ -12,16 +12,18 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 
 from gpuconsole.core.model import Severity
 from gpuconsole.fleet.alerts.engine import FIRING
+from gpuconsole.fleet.host_order import SEVERITY_WORDS, words_match
 from gpuconsole.fleet.record.episodes import ALERT
 from gpuconsole.fleet.record.when import clock
 from gpuconsole.fleet.triage_list import TriageItem
 from gpuconsole.ui.messages import ShowGpu
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
 from gpuconsole.ui.widgets import cells
+from gpuconsole.ui.widgets.filter_box import FilterBox
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
 
 _WIDE = 120
@@ -46,6 +48,19 @@ def triage_columns(width: int) -> tuple[ColumnSpec, ...]:
     )
 
 
+def _words_of(item: TriageItem) -> list[str]:
+    """What the filter matches a row against: where it is, its code, its severity's words, what
+    it says, whose work it affects, the alerts on it."""
+    return [
+        item.where,
+        item.code,
+        SEVERITY_WORDS[item.severity],
+        item.what,
+        *item.affects,
+        *(alert.rule for alert in item.alerts),
+    ]
+
+
 class TriageScreen(ConsoleScreen):
     """The fleet's problems (`Console.problems`) as one list."""
 
@@ -54,9 +69,16 @@ class TriageScreen(ConsoleScreen):
 
     FOCUS_KEYS = {"triage": ("triage.open",)}
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back", id="triage.back"),
+        Binding("escape", "back", "Back", id="triage.back"),
         Binding("enter", "open", "Open", id="triage.open", tooltip="its GPU, or its host"),
         Binding("i", "toggle_info", "Info", id="triage.info", tooltip="show or fold the info rows"),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="triage.filter",
+            tooltip="by host, code, crit/warn/info, job or words of the problem; Esc clears",
+        ),
     ]
     CSS = """
     TriageScreen #triage-status { height: 1; padding: 0 1; }
@@ -82,6 +104,10 @@ class TriageScreen(ConsoleScreen):
         yield self.title_bar()
         yield Static(id="triage-status", markup=False)
         yield KeyedTable(id="triage")
+        yield FilterBox(
+            placeholder="filter (whole words): host, code, crit/warn/info, job, problem",
+            id="triage-filter",
+        )
         yield Static(id="triage-detail", markup=False)
         yield self.key_bar()
 
@@ -110,10 +136,35 @@ class TriageScreen(ConsoleScreen):
 
     @property
     def shown(self) -> list[TriageItem]:
-        """The rows listed: info rows only once `i` has shown them."""
-        if self.info_shown:
-            return self.items
-        return [item for item in self.items if item.severity > Severity.INFO]
+        """The rows listed: info rows only once `i` has shown them, and those the filter
+        matches."""
+        terms = self.query_one("#triage-filter", FilterBox).terms if self.is_mounted else []
+        return [
+            item
+            for item in self.items
+            if (self.info_shown or item.severity > Severity.INFO)
+            and (not terms or words_match(terms, _words_of(item)))
+        ]
+
+    def action_filter(self) -> None:
+        self.query_one("#triage-filter", FilterBox).open()
+
+    def action_back(self) -> None:
+        """Esc clears the filter first, then leaves."""
+        box = self.query_one("#triage-filter", FilterBox)
+        if box.active:
+            box.close()
+            self.table.focus()
+            return
+        self.app.pop_screen()
+
+    @on(Input.Changed, "#triage-filter")
+    def _filter_changed(self, _event: Input.Changed) -> None:
+        self.refresh_view(None)
+
+    @on(Input.Submitted, "#triage-filter")
+    def _filter_done(self, _event: Input.Submitted) -> None:
+        self.table.focus()
 
     def action_toggle_info(self) -> None:
         self.info_shown = not self.info_shown
@@ -148,9 +199,12 @@ class TriageScreen(ConsoleScreen):
         firing = sum(1 for i in self.items for a in i.alerts if a.state == FIRING)
         line = Text(f"{rows} problem{'s' if rows != 1 else ''}")
         line.append(f", {firing} firing alert{'s' if firing != 1 else ''} on them")
-        folded = rows - len(self.shown)
+        folded = 0 if self.info_shown else sum(i.severity is Severity.INFO for i in self.items)
         if folded:
             line.append(f" · {folded} info folded (i shows them)", style="bold")
+        terms = self.query_one("#triage-filter", FilterBox).terms
+        if terms:
+            line.append(f" · filter {' '.join(terms)!r}: {len(self.shown)} shown", style="bold")
         line.append(" · worst first, then newest · Enter opens its GPU or host", style="dim")
         width = (self.size.width or _WIDE) - 2
         self.query_one("#triage-status", Static).update(cells.fit_text(line, width))
