@@ -58,8 +58,12 @@ async def check_the_story(app: GpuConsoleApp, size: tuple[int, int]) -> None:
         worst = worst_by_host(problems)
         store = app.fleet.store
 
-        # the fleet: each host's state word and worst problem; the title's counts
+        # the fleet: each host's state word and worst problem; the title's counts; the detail
+        # under the hosts tells the cursor host's worst problem as the host screen does
         assert isinstance(app.screen, FleetScreen)
+        cursor = app.screen.query_one("#fleet", KeyedTable).cursor_key
+        if cursor in worst:
+            assert told(worst[cursor]) in shown(app, "#fleet-detail")
         table = app.screen.query_one("#fleet", KeyedTable)
         for host in store.hosts:
             state = state_word(store.status(host).state, store.latest(host), short=True)
@@ -157,6 +161,9 @@ async def test_the_on_calls_first_minute_on_the_demo(make_app, clock) -> None:
         assert fleet.cursor_key == "h100-01"  # worst first
         assert fleet.get_cell("h100-01", "state").plain == "drain"
         assert "5 live, 1 drain" in shown(app, "#title-bar")
+        detail = shown(app, "#fleet-detail")  # under the hosts: the cursor host's problems, whole
+        assert detail.startswith("h100-01 · drain · ")
+        assert words(f"CRIT since {since}: {lost.what} → {lost.next_step}") in detail
         await pilot.press("enter")
         assert isinstance(app.screen, HostScreen)
         assert shown(app, "#host-info").startswith("h100-01 drain")

@@ -27,7 +27,9 @@ from gpuconsole.ui.messages import ShowVerify
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, gpu_copyables
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.filter_box import FilterBox
+from gpuconsole.ui.widgets.fitted_lines import FittedLines
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
+from gpuconsole.ui.widgets.problem_line import WRAP_INDENT, problem_line
 from gpuconsole.ui.widgets.title_bar import Part, part
 
 # Wide layout from this many columns on; below it the narrow one keeps the problem readable.
@@ -53,6 +55,10 @@ _MIN_PROBLEM_WIDTH = 20
 _MESSAGE_FROM = 40  # below this width the problem column names the finding's code
 _JOBS = ColumnSpec("jobs", "Jobs", 24, drop=1)
 """Whose work runs on the host: shown only where the problem keeps its message beside it."""
+
+
+_BARS = 2
+"""The title line and the key bar."""
 
 
 @functools.lru_cache(maxsize=64)  # asked every tick, the same for a width and an order
@@ -132,8 +138,15 @@ class FleetScreen(ConsoleScreen):
     WHERE = "fleet"
     CSS = """
     FleetScreen #fleet {
+        /* the rows its hosts need, set with the detail's (`_show_detail`) */
         height: 1fr;
         max-height: 100%;
+    }
+    FleetScreen #fleet-detail {
+        /* as tall as the cursor host's problems need (`_detail_rows`), right under the hosts */
+        height: 3;
+        border-top: solid $panel;
+        padding: 0 1;
     }
     """
     PINNED_KEYS = frozenset({"fleet.open", "alerts", "triage", "quit"})
@@ -203,6 +216,7 @@ class FleetScreen(ConsoleScreen):
     def compose(self) -> ComposeResult:
         yield self.title_bar()
         yield KeyedTable(id="fleet")
+        yield FittedLines(indent=WRAP_INDENT, id="fleet-detail")
         yield FilterBox(
             placeholder="filter (whole words): host, state, crit/warn, model, code, job, user",
             id="filter",
@@ -234,6 +248,47 @@ class FleetScreen(ConsoleScreen):
         super().refresh_view(changed)
         self._set_columns()
         self.table.sync(self._rows())
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        """Under the hosts, the problems of the host (or GPU) under the cursor, each with its
+        remedy in full, wrapped: what the cut "Worst problem" cell leads to, in the rows a
+        short fleet leaves empty."""
+        target = self._cursor_host()
+        detail = self.query_one("#fleet-detail", FittedLines)
+        if target is None:
+            detail.display = False
+            return
+        host, gpu = target
+        problems = self._problems.get((host, gpu), [])
+        status = self.store.status(host)
+        word = state_word(status.state, self.store.latest(host))
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else ""
+        head = Text.assemble(
+            (host if gpu is None else f"{host} GPU {gpu}", "bold"),
+            f" · {word}",
+            (
+                f" · {count} (T lists them all)" if count else " · no problem: every rule passes",
+                "dim",
+            ),
+        )
+        lines = [head, *(problem_line(problem, self.palette) for problem in problems)]
+        width = detail.content_size.width or (self.size.width or 80) - 2
+        rows = self._detail_rows(detail.rows_needed(lines, width))
+        detail.styles.height = rows + 1
+        # the hosts take the rows they need and the detail sits under them; where they need
+        # more than is left, they scroll in what the detail leaves
+        room = (self.size.height or 24) - _BARS - (rows + 1)
+        self.table.styles.height = max(3, min(self.table.row_count + 1, room))
+        detail.display = True
+        detail.show_lines(lines, ": T lists every problem with what to do")
+
+    def _detail_rows(self, needed: int) -> int:
+        """All the rows the detail needs where the hosts leave them; else a quarter of the
+        screen (at least two)."""
+        height = self.size.height or 24
+        free = height - _BARS - (self.table.row_count + 1) - 1  # the hosts, the detail's border
+        return max(1, min(needed, max(free, 2, height // 4)))
 
     def _set_columns(self) -> None:
         width = self.size.width or 80
@@ -388,6 +443,10 @@ class FleetScreen(ConsoleScreen):
             return None
         host, _, gpu = key.partition("/")
         return host, int(gpu) if gpu else None
+
+    @on(DataTable.RowHighlighted, "#fleet")
+    def _row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self._show_detail()
 
     @on(DataTable.RowSelected, "#fleet")
     def _row_selected(self, _event: DataTable.RowSelected) -> None:
