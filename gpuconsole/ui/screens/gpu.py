@@ -38,7 +38,7 @@ from gpuconsole.fleet.triage_list import TriageItem
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, Freshness, gpu_copyables
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.cells import Palette
-from gpuconsole.ui.widgets.problem_line import problem_line
+from gpuconsole.ui.widgets.problem_line import WRAP_INDENT, problem_line
 from gpuconsole.ui.widgets.steady import Steady
 from gpuconsole.ui.widgets.time_plot import Level, Mark, TimePlot, TimeSeries
 
@@ -59,6 +59,10 @@ _LABEL = 15
 """The details' label column."""
 _HEAD_FINDINGS = 3
 """The most findings the head lists; the rest are counted."""
+_HEAD_ROWS_TALL = 3
+"""The rows a problem of the head wraps onto on a tall screen (one on a short one: the plots
+need the rows)."""
+_TALL_FROM = 40
 _SCROLLBAR = 2
 
 
@@ -386,14 +390,25 @@ class GpuScreen(ConsoleScreen):
             lines.append(Text(f"no reading of {self.host} yet", style="dim"))
         elif state is None:
             lines.append(Text(f"GPU {self.gpu} is not in {self.host}'s reading", style="dim"))
+        rows = [cells.fit_text(line, self.head_room) for line in lines]
         problems = self._problems() if snapshot else []
-        lines += [problem_line(p, self.palette) for p in problems[:_HEAD_FINDINGS]]
+        for problem in problems[:_HEAD_FINDINGS]:
+            rows += self._wrapped(problem_line(problem, self.palette))
         if len(problems) > _HEAD_FINDINGS:
             more = len(problems) - _HEAD_FINDINGS
-            lines.append(Text(f"+{more} more: triage (T) lists them all", style="dim"))
+            rows.append(Text(f"+{more} more: triage (T) lists them all", style="dim"))
         if snapshot is not None and state is not None and not problems:
-            lines.append(Text("No findings: every rule passes on this GPU.", style="dim"))
-        return Text("\n").join(cells.fit_text(line, self.head_room) for line in lines)
+            rows.append(Text("No findings: every rule passes on this GPU.", style="dim"))
+        return Text("\n").join(rows)
+
+    def _wrapped(self, line: Text) -> list[Text]:
+        """A problem's rows: its remedy whole where the screen is tall enough to give it
+        `_HEAD_ROWS_TALL` rows; the last one cut where a word ends."""
+        most = _HEAD_ROWS_TALL if (self.size.height or 24) >= _TALL_FROM else 1
+        rows = cells.wrap_text(line, self.head_room, WRAP_INDENT)
+        if len(rows) <= most:
+            return rows
+        return [*rows[: most - 1], cells.fit_text(rows[most - 1] + cells.ELLIPSIS, self.head_room)]
 
     def _problems(self) -> list[TriageItem]:
         """This GPU's problems, as the triage view tells them."""
