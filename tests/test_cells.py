@@ -65,7 +65,7 @@ def test_zero_is_shown_as_zero_not_na() -> None:
     assert cells.temperature(0.0, P).plain == "0°C"
     assert cells.number(0.0).plain == "0"
     assert cells.power(0.0, None).plain == "0W"
-    assert cells.memory(0.0, 1024.0, P).plain == "0.0/1.0G"
+    assert cells.memory(0.0, 1024.0, P).plain == "0.0/1.0 GiB"
     assert cells.ecc(0, 0, P).plain == "0/0"
 
 
@@ -100,7 +100,7 @@ def test_utilization_and_memory_bars() -> None:
     assert util.plain == "██    50%"
     assert util.style == V["util-mid"]
     mem = cells.memory_bar(40960.0, 81920.0, P, width=4)
-    assert mem.plain == "██   40/80G"
+    assert mem.plain == "██   40/80 GiB"
 
 
 # --- colour bands ---------------------------------------------------------------------------------
@@ -176,8 +176,9 @@ def test_memory_colour_bands(used: float, style: str) -> None:
 
 
 def test_memory_text_in_gib() -> None:
-    assert cells.memory(40960.0, 81920.0, P).plain == "40/80G"
-    assert cells.memory(1536.0, 46068.0, P).plain == "1.5/45G"
+    assert cells.memory(40960.0, 81920.0, P).plain == "40/80 GiB"
+    assert cells.memory(1536.0, 46068.0, P).plain == "1.5/45 GiB"
+    assert cells.memory(40960.0, 81920.0, P, unit=False).plain == "40/80"  # the header says GiB
 
 
 def test_power_texts() -> None:

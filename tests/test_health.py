@@ -331,7 +331,7 @@ def test_memory_nearly_full_is_the_only_memory_finding() -> None:
     assert codes(findings) == ["mem-pressure"]
     assert findings[0].severity is Severity.WARNING
     assert "97 %" in findings[0].message
-    assert "140,000 of 143,771 MiB" in findings[0].message
+    assert "137 of 140 GiB" in findings[0].message
 
 
 def test_memory_reserve_low_is_info() -> None:
@@ -375,7 +375,7 @@ def test_idle_memory_held_after_a_minute() -> None:
     assert finding.gpu == 0
     assert "idle for 60 s" in finding.message
     assert "2 processes" in finding.message
-    assert "pid 4242 (alice), 30,000 MiB" in finding.message
+    assert "pid 4242 (alice), 29 GiB" in finding.message
     assert "alice" in finding.remediation and "4242" in finding.remediation
 
 

@@ -31,9 +31,8 @@ def test_each_process_says_its_load_and_whose_it_is() -> None:
         GpuProcess(6303, 0, None, None, None),
     )
     assert lines == [
-        "  pid 4101 on GPU 0: 40960 MiB alice, SM 87%, job 41327 (alice, llama-ft): "
-        "python3 train.py",
-        "  pid 5202 on GPU 0: 2048 MiB root, SM N/A, pod infer/llama-13b-7d9f5 (server): "
+        "  pid 4101 on GPU 0: 40 GiB alice, SM 87%, job 41327 (alice, llama-ft): python3 train.py",
+        "  pid 5202 on GPU 0: 2.0 GiB root, SM N/A, pod infer/llama-13b-7d9f5 (server): "
         "python3 serve.py",
         "  pid 6303 on GPU 0: N/A N/A",
     ]

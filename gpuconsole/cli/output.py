@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from gpuconsole.core.fields import gib
 from gpuconsole.core.model import Finding, HostSnapshot
 from gpuconsole.core.untrusted import visible
 from gpuconsole.rules.summary import short_model
@@ -38,7 +39,7 @@ def snapshot_text(snapshot: HostSnapshot) -> str:
         memory = (
             "N/A"
             if g.memory_used_mib is None or g.memory_total_mib is None
-            else f"{g.memory_used_mib:.0f}/{g.memory_total_mib:.0f} MiB"
+            else f"{gib(g.memory_used_mib)}/{gib(g.memory_total_mib)} GiB"
         )
         lines.append(
             f"  GPU {g.index} {short_model(g.name) or 'N/A'} {g.pci_bus_id or ''}  "
@@ -48,7 +49,8 @@ def snapshot_text(snapshot: HostSnapshot) -> str:
             f"SM {_value(g.sm_clock_mhz, '.0f', ' MHz')}  {g.pstate or 'N/A'}"
         )
     for p in snapshot.processes:
-        facts = [f"{_value(p.used_memory_mib, '.0f', ' MiB')} {p.user or 'N/A'}"]
+        memory = "N/A" if p.used_memory_mib is None else f"{gib(p.used_memory_mib)} GiB"
+        facts = [f"{memory} {p.user or 'N/A'}"]
         if p.load is not None:
             facts.append(f"SM {_value(p.load.sm_pct, '.0f', '%')}")
         if p.owner_described:

@@ -44,6 +44,15 @@ MAX_GPUS = 1024
 # The ranges a real reading falls in; a value outside is N/A for that field alone.
 PERCENT = (0.0, 100.0)
 MEMORY_MIB = (0.0, float(1 << 24))  # 16 TiB: far above any GPU's memory
+
+
+def gib(mib: float) -> str:
+    """GPU memory as every screen, message and subcommand writes it: in GiB, whole from 10 GiB,
+    with a tenth below (``35``, ``0.5``); the unit follows the figure (``GiB``, ``G`` in a cell
+    too narrow for it)."""
+    return f"{mib / 1024:.0f}" if mib >= 10 * 1024 else f"{mib / 1024:.1f}"
+
+
 TEMPERATURE_C = (-50.0, 200.0)
 POWER_W = (0.0, 10_000.0)
 CLOCK_MHZ = (0.0, 20_000.0)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gpuconsole.core import xid as xids
+from gpuconsole.core.fields import gib
 from gpuconsole.core.model import (
     Finding,
     GpuProcess,
@@ -437,7 +438,7 @@ def _memory(gpu: GpuState, thresholds: Thresholds) -> _Issue | None:
         return None
     message = (
         f"GPU {gpu.index} memory {_pct(fraction)} used "
-        f"({gpu.memory_used_mib:,.0f} of {gpu.memory_total_mib:,.0f} MiB)"
+        f"({gib(gpu.memory_used_mib)} of {gib(gpu.memory_total_mib)} GiB)"
     )
     if fraction >= thresholds.memory_full_fraction:
         return _Issue(
@@ -518,7 +519,7 @@ def _idle_memory_held(
 
 def _holder(process: GpuProcess) -> str:
     user = f" ({process.user})" if process.user else ""
-    return f"pid {process.pid}{user}, {process.used_memory_mib:,.0f} MiB"
+    return f"pid {process.pid}{user}, {gib(process.used_memory_mib)} GiB"
 
 
 def _is_idle(gpu: GpuState | None) -> bool:

@@ -59,7 +59,7 @@ _THROTTLE_FULL = 17
 _GPU_WIDE = (
     ColumnSpec("gpu", "GPU", 3),
     ColumnSpec("util", "Util", 13),
-    ColumnSpec("memory", "Memory", 17),
+    ColumnSpec("memory", "Memory", 18),
     ColumnSpec("temp", "Temp", 5),
     ColumnSpec("power", "Power", 9),
     ColumnSpec("sm", "SM MHz", 6),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
+from gpuconsole.core.fields import gib
 from gpuconsole.core.model import PcieLink, Severity
 from gpuconsole.rules.limits import (
     MEMORY_FULL_FRACTION,
@@ -145,21 +146,20 @@ def utilization_bar(value: float | None, palette: Palette, width: int = 8) -> Te
     return Text(f"{bar(value / 100, width)} {value:3.0f}%", style=style)
 
 
-def gib(mib: float) -> str:
-    return f"{mib / 1024:.0f}" if mib >= 10 * 1024 else f"{mib / 1024:.1f}"
-
-
-def memory(used: float | None, total: float | None, palette: Palette) -> Text:
+def memory(used: float | None, total: float | None, palette: Palette, *, unit: bool = True) -> Text:
+    """'35/80 GiB'; without ``unit`` for a column whose header names it ('Memory GiB')."""
     if used is None or not total:
         return na()
-    return Text(f"{gib(used)}/{gib(total)}G", style=palette.memory(used / total))
+    shown = f"{gib(used)}/{gib(total)}" + (" GiB" if unit else "")
+    return Text(shown, style=palette.memory(used / total))
 
 
 def memory_bar(used: float | None, total: float | None, palette: Palette, width: int = 8) -> Text:
     if used is None or not total:
         return na()
     fraction = used / total
-    return Text(f"{bar(fraction, width)} {gib(used)}/{gib(total)}G", style=palette.memory(fraction))
+    shown = f"{bar(fraction, width)} {gib(used)}/{gib(total)} GiB"
+    return Text(shown, style=palette.memory(fraction))
 
 
 def memory_percent(used: float | None, total: float | None, palette: Palette) -> Text:
