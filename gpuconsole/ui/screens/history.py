@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Static
 from gpuconsole.bench.history import BenchHistory, HistoryError, unit
 from gpuconsole.bench.output import HEADER, RIGHT_ALIGNED, row
 from gpuconsole.bench.review import JudgedRun, host_review
+from gpuconsole.core.fields import gib
 from gpuconsole.ui.screens.base import ConsoleScreen
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
 
@@ -184,7 +185,7 @@ class HistoryScreen(ConsoleScreen):
             return text.append("no measured steps: not judged\n", style="dim")
         text.append(f"{run.samples_per_s:,.1f} {unit(run.recipe)}")
         if run.peak_memory_mib is not None:
-            text.append(f", peak {run.peak_memory_mib:,.0f} MiB")
+            text.append(f", peak {gib(run.peak_memory_mib)} GiB")
         text.append("\n")
         for comparison in judged.judgement.comparisons:
             if comparison.flagged:

@@ -16,6 +16,7 @@ from gpuconsole.actions.launch.record import record_run
 from gpuconsole.actions.launch.run import Event, RunResult
 from gpuconsole.actions.launch.session import Launch, launch
 from gpuconsole.bench.history import BenchHistory, HistoryError
+from gpuconsole.core.fields import gib
 from gpuconsole.hosts.targets import Target
 from gpuconsole.ui.screens.action import ActionScreen
 from gpuconsole.ui.widgets.trend import sparkline
@@ -145,7 +146,7 @@ class RunScreen(ActionScreen):
         parts = [
             f"step {last.get('step', '-')}",
             f"loss {_fmt(last.get('loss'), 3)}",
-            f"peak memory {_fmt(last.get('peak_memory_mib'))} MiB",
+            f"peak memory {_gib(last.get('peak_memory_mib'))}",
         ]
         if self.target.name in self.store.hosts:
             snapshot = self.store.latest(self.target.name)
@@ -158,6 +159,10 @@ class RunScreen(ActionScreen):
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float))
+
+
+def _gib(mib: object) -> str:
+    return f"{gib(float(mib))} GiB" if isinstance(mib, (int, float)) else "N/A"
 
 
 def _fmt(value: object, digits: int = 0) -> str:
