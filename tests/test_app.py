@@ -241,7 +241,7 @@ async def test_mig_instances_show_under_their_gpu_with_utilization_na() -> None:
         assert row_keys(app.screen, "gpus") == ["0", "0/mig1", "0/mig2"]
         assert cell_text(app.screen, "gpus", "0/mig1", "util") == "N/A"
         assert cell_text(app.screen, "gpus", "0/mig1", "throttle") == "MIG 3g.71gb"
-        assert "29/70G" in cell_text(app.screen, "gpus", "0/mig1", "memory")
+        assert "29/70 GiB" in cell_text(app.screen, "gpus", "0/mig1", "memory")
         await pilot.press("down")
         assert app.screen.selected_gpu == 0
 

@@ -266,6 +266,24 @@ async def test_o_orders_the_process_list_and_its_header_says_by_what(make_app) -
         assert "GPU▲" in shown()[0]
 
 
+async def test_a_notice_is_a_line_of_its_own_over_no_row_of_data(make_app) -> None:
+    """The key bar leaves its top row to the notice while it shows, and takes it back after."""
+    app = make_app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.press("enter")
+        bar = app.screen.query_one(KeyBar)
+        assert bar.region.height == 1
+        app.notify("copied UUID of h100-01 GPU 3", timeout=0.6)
+        await pilot.pause()
+        await pilot.pause()
+        (toast,) = app.screen.query("Toast")
+        assert bar.region.height == 2 and toast.region.height == 1
+        assert toast.region.y == bar.region.y  # on the bar's free row, under every list
+        assert bar.region.y + 1 == 23 and key_bar(app).strip().startswith("⏎ Open GPU")
+        await pilot.pause(0.9)  # its timeout passed
+        assert bar.region.height == 1
+
+
 def test_a_long_path_in_a_notice_is_never_broken_in_a_name() -> None:
     home = os.path.expanduser("~")
     name = "gpuconsole-bundle-h100-01-20260101T001500Z.tar.gz"

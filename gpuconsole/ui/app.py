@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from gpuconsole.ui.terminal.colourless import colourless
 from gpuconsole.ui.terminal.strips import guard_strips
 from gpuconsole.ui.themes import DEFAULT_THEME, THEMES
 from gpuconsole.ui.widgets.cells import NO_COLOUR_BANDS, Palette, fit
+from gpuconsole.ui.widgets.key_bar import KeyBar
 from gpuconsole.ui.widgets.notices import laid_out
 
 if TYPE_CHECKING:
@@ -177,6 +179,8 @@ class GpuConsoleApp(App[None]):
         """Paint the first frame before the hosts' recent past is read (a 64-host demo rack
         takes seconds to simulate); False reads it before the first frame, as tests want."""
         self._alert_rules = DEFAULT_RULES if alert_rules is None else tuple(alert_rules)
+        self._notice_until = 0.0
+        """When the last notice shown goes (`time.monotonic`)."""
         self._history_seconds = history_seconds
         self._recorder = recorder
         self._alertmanager = alertmanager
@@ -267,6 +271,20 @@ class GpuConsoleApp(App[None]):
                 if getattr(shown, "kind", None) == kind:
                     self._unnotify(shown, refresh=False)
         super()._on_notify(event)
+        timeout = event.notification.timeout
+        self._notice_until = max(self._notice_until, time.monotonic() + timeout)
+        self.make_room_for_notices()
+        self.set_timer(timeout + 0.1, self.make_room_for_notices)
+
+    @property
+    def notice_showing(self) -> bool:
+        """Whether a notice is on the screen (until the last one's timeout)."""
+        return time.monotonic() < self._notice_until
+
+    def make_room_for_notices(self) -> None:
+        """The key bar of the screen shown leaves a row for the notices while one shows."""
+        for bar in self.screen.query(KeyBar):
+            bar.room_for_notice(self.notice_showing)
 
     def on_mount(self) -> None:
         if not self.background_start:

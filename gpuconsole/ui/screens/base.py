@@ -98,6 +98,8 @@ class ConsoleScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         self.refresh_view(None)
+        for bar in self.query(KeyBar):  # a panel may have none
+            bar.room_for_notice(self.console.notice_showing)
 
     def _on_theme_changed(self, _theme: Theme) -> None:
         self.refresh_view(None)

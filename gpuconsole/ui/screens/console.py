@@ -73,6 +73,11 @@ class Console(Protocol):
         """Who can signal which host's processes; None: no host's."""
         ...
 
+    @property
+    def notice_showing(self) -> bool:
+        """Whether a notice is on the screen: the key bar then leaves it a row of its own."""
+        ...
+
     def problems(self) -> Sequence[TriageItem]:
         """The fleet's problems now, worst first, then newest: one row per problem with its one
         severity, start and remedy (`gpuconsole.fleet.triage_list.triage_items`). The triage

@@ -84,6 +84,7 @@ class KeyBar(Widget):
 
     def __init__(self) -> None:
         super().__init__(id="key-bar")
+        self._room = False
         self._shown: list[tuple[int, int, str]] = []
         """Where each shown entry starts and ends, and the key a click on it presses."""
 
@@ -173,7 +174,18 @@ class KeyBar(Widget):
                 line.append(" ")
                 line.append(entry.description, description_style)
             self._shown.append((start, line.cell_len, entry.key))
-        return line
+        if not self._room:
+            return line
+        rows = Text("\n", no_wrap=True, overflow="crop")
+        rows.append_text(line)
+        return rows
+
+    def room_for_notice(self, room: bool) -> None:
+        """Two rows while a notice shows: the top one free for it (notices dock just above the
+        bar's last row), the keys on the last; one row otherwise."""
+        if room != self._room:
+            self._room = room
+            self.styles.height = 2 if room else 1
 
     def on_click(self, event: events.Click) -> None:
         for start, end, key in self._shown:
