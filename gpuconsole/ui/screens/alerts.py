@@ -20,16 +20,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Input, OptionList, Static
+from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
 
 from gpuconsole.core.model import Severity
 from gpuconsole.fleet.alerts.alertmanager import AlertmanagerSender, DeliveryError, identity
 from gpuconsole.fleet.alerts.engine import FIRING, Alert, AlertEngine, AlertKey
-from gpuconsole.fleet.host_order import SEVERITY_WORDS, words_match
+from gpuconsole.fleet.host_order import SEVERITY_WORDS
 from gpuconsole.ui.messages import ShowGpu
-from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
+from gpuconsole.ui.screens.base import Copyable
 from gpuconsole.ui.screens.confirm import ConfirmScreen
+from gpuconsole.ui.screens.folded_list import FoldedListScreen
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.cells import duration as age
 from gpuconsole.ui.widgets.filter_box import FilterBox
@@ -96,7 +97,7 @@ def _words_of(alert: Alert) -> list[str]:
     return [alert.where, alert.rule, SEVERITY_WORDS[alert.severity], alert.state, alert.message]
 
 
-class AlertsScreen(ConsoleScreen):
+class AlertsScreen(FoldedListScreen):
     """Every active alert, the most severe first, firing before pending, then the oldest; info
     alerts folded away until `i` shows them."""
 
@@ -148,7 +149,6 @@ class AlertsScreen(ConsoleScreen):
         super().__init__()
         self._keys: dict[str, AlertKey] = {}
         self._delivery: Text | None = None
-        self.info_shown = False
 
     @property
     def engine(self) -> AlertEngine:
@@ -174,10 +174,6 @@ class AlertsScreen(ConsoleScreen):
         super().on_mount()
         self.table.focus()
 
-    @property
-    def table(self) -> KeyedTable:
-        return self.query_one("#alerts", KeyedTable)
-
     def where(self) -> str:
         alerts = self.engine.active()
         firing = sum(a.state == FIRING for a in alerts)
@@ -186,39 +182,8 @@ class AlertsScreen(ConsoleScreen):
         return f"{line} · {folded} info folded (i)" if folded else line
 
     def shown(self, alerts: list[Alert]) -> list[Alert]:
-        """The alerts listed: info ones only once `i` has shown them, and those the filter
-        matches."""
-        terms = self.query_one("#alerts-filter", FilterBox).terms if self.is_mounted else []
-        return [
-            alert
-            for alert in alerts
-            if (self.info_shown or alert.severity > Severity.INFO)
-            and (not terms or words_match(terms, _words_of(alert)))
-        ]
-
-    def action_filter(self) -> None:
-        self.query_one("#alerts-filter", FilterBox).open()
-
-    def action_back(self) -> None:
-        """Esc clears the filter first, then leaves."""
-        box = self.query_one("#alerts-filter", FilterBox)
-        if box.active:
-            box.close()
-            self.table.focus()
-            return
-        self.app.pop_screen()
-
-    @on(Input.Changed, "#alerts-filter")
-    def _filter_changed(self, _event: Input.Changed) -> None:
-        self.refresh_view(None)
-
-    @on(Input.Submitted, "#alerts-filter")
-    def _filter_done(self, _event: Input.Submitted) -> None:
-        self.table.focus()
-
-    def action_toggle_info(self) -> None:
-        self.info_shown = not self.info_shown
-        self.refresh_view(None)
+        """The alerts listed (`FoldedListScreen.kept`)."""
+        return self.kept(alerts, lambda alert: alert.severity, _words_of)
 
     def on_resize(self, _event: Resize) -> None:
         self.refresh_view(None)

@@ -12,16 +12,17 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Static
 
 from gpuconsole.core.model import Severity
 from gpuconsole.fleet.alerts.engine import FIRING
-from gpuconsole.fleet.host_order import SEVERITY_WORDS, words_match
+from gpuconsole.fleet.host_order import SEVERITY_WORDS
 from gpuconsole.fleet.record.episodes import ALERT
 from gpuconsole.fleet.record.when import clock
 from gpuconsole.fleet.triage_list import TriageItem
 from gpuconsole.ui.messages import ShowGpu
-from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
+from gpuconsole.ui.screens.base import Copyable
+from gpuconsole.ui.screens.folded_list import FoldedListScreen
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.filter_box import FilterBox
 from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
@@ -61,7 +62,7 @@ def _words_of(item: TriageItem) -> list[str]:
     ]
 
 
-class TriageScreen(ConsoleScreen):
+class TriageScreen(FoldedListScreen):
     """The fleet's problems (`Console.problems`) as one list."""
 
     HELP_TITLE = "Triage"
@@ -95,7 +96,6 @@ class TriageScreen(ConsoleScreen):
         super().__init__()
         self.items: list[TriageItem] = []
         """Every problem, info rows included."""
-        self.info_shown = False
 
     def where(self) -> str:
         return "triage"
@@ -118,10 +118,6 @@ class TriageScreen(ConsoleScreen):
     def on_resize(self, _event: Resize) -> None:
         self.refresh_view(None)
 
-    @property
-    def table(self) -> KeyedTable:
-        return self.query_one("#triage", KeyedTable)
-
     def refresh_view(self, changed: set[str] | None) -> None:
         super().refresh_view(changed)
         self.items = list(self.console.problems())
@@ -136,39 +132,8 @@ class TriageScreen(ConsoleScreen):
 
     @property
     def shown(self) -> list[TriageItem]:
-        """The rows listed: info rows only once `i` has shown them, and those the filter
-        matches."""
-        terms = self.query_one("#triage-filter", FilterBox).terms if self.is_mounted else []
-        return [
-            item
-            for item in self.items
-            if (self.info_shown or item.severity > Severity.INFO)
-            and (not terms or words_match(terms, _words_of(item)))
-        ]
-
-    def action_filter(self) -> None:
-        self.query_one("#triage-filter", FilterBox).open()
-
-    def action_back(self) -> None:
-        """Esc clears the filter first, then leaves."""
-        box = self.query_one("#triage-filter", FilterBox)
-        if box.active:
-            box.close()
-            self.table.focus()
-            return
-        self.app.pop_screen()
-
-    @on(Input.Changed, "#triage-filter")
-    def _filter_changed(self, _event: Input.Changed) -> None:
-        self.refresh_view(None)
-
-    @on(Input.Submitted, "#triage-filter")
-    def _filter_done(self, _event: Input.Submitted) -> None:
-        self.table.focus()
-
-    def action_toggle_info(self) -> None:
-        self.info_shown = not self.info_shown
-        self.refresh_view(None)
+        """The rows listed (`FoldedListScreen.kept`)."""
+        return self.kept(self.items, lambda item: item.severity, _words_of)
 
     def _cells(self, item: TriageItem) -> Cells:
         """The problem's cells for the columns shown; its texts cut where a word ends."""
@@ -202,7 +167,7 @@ class TriageScreen(ConsoleScreen):
         folded = 0 if self.info_shown else sum(i.severity is Severity.INFO for i in self.items)
         if folded:
             line.append(f" · {folded} info folded (i shows them)", style="bold")
-        terms = self.query_one("#triage-filter", FilterBox).terms
+        terms = self.filter_terms
         if terms:
             line.append(f" · filter {' '.join(terms)!r}: {len(self.shown)} shown", style="bold")
         line.append(" · worst first, then newest · Enter opens its GPU or host", style="dim")
