@@ -144,6 +144,14 @@ class StoppingDriver(QuietInputDriver):
         if self._stopped_by is None:  # not already leaving for a terminal gone
             self._leave(loop, number)
 
+    def _sigcont_application(self, *args: object) -> None:
+        """Textual resumes on SIGCONT (after a Ctrl+Z); a terminal that hangs up sends SIGCONT
+        with its SIGHUP (Linux signals the session's foreground group with both), and a resume
+        then, while the console leaves, started a second input thread that the exit waited on
+        until the grace ran out, its recording left open. Leaving, it is ignored."""
+        if self._stopped_by is None:
+            super()._sigcont_application(*args)
+
     def terminal_gone(self) -> None:
         """Leave as on SIGHUP (from the writer or the input thread), unless already leaving."""
         if self._stopped_by is None and self._event_loop is not None:
