@@ -38,7 +38,7 @@ from gpuconsole.ui.messages import (
 from gpuconsole.ui.screens.base import ConsoleScreen, Copyable
 from gpuconsole.ui.screens.commands import ConsoleCommands
 from gpuconsole.ui.screens.copy import CopyScreen
-from gpuconsole.ui.screens.fleet import FleetScreen
+from gpuconsole.ui.screens.fleet import FleetScreen, back_to_fleet
 from gpuconsole.ui.screens.help import HelpScreen
 from gpuconsole.ui.terminal.colourless import colourless
 from gpuconsole.ui.terminal.strips import guard_strips
@@ -586,19 +586,13 @@ class GpuConsoleApp(App[None]):
         if destination.screen == "triage":
             self.action_triage()
             return
-        fleet = self._back_to_fleet()
+        fleet = back_to_fleet(self)
         if destination.host is not None:
             self.push_screen(HostScreen(destination.host, destination.gpu))
             if destination.gpu is not None:
                 self.show_gpu(destination.host, destination.gpu)
         elif destination.job is not None and fleet is not None:
             fleet.filter_by(destination.job)
-
-    def _back_to_fleet(self) -> FleetScreen | None:
-        """Pop the screens above the fleet's; the fleet screen, if it is there."""
-        while len(self.screen_stack) > 2 and not isinstance(self.screen, FleetScreen):
-            self.pop_screen()
-        return self.screen if isinstance(self.screen, FleetScreen) else None
 
     def action_alerts(self) -> None:
         from gpuconsole.ui.screens.alerts import AlertsScreen

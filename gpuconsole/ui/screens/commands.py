@@ -40,10 +40,9 @@ class ConsoleCommands(Provider):
         return _unique(commands)
 
     def _to_fleet(self) -> None:
-        from gpuconsole.ui.screens.fleet import FleetScreen
+        from gpuconsole.ui.screens.fleet import back_to_fleet
 
-        while len(self.app.screen_stack) > 2 and not isinstance(self.app.screen, FleetScreen):
-            self.app.pop_screen()
+        back_to_fleet(self.app)
 
     def _open(self, screen_type: type, host: str) -> None:
         self._to_fleet()

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from rich.text import Text
 from textual import on
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
 from textual.widgets import DataTable, Input
@@ -108,6 +108,14 @@ def _marked(spec: ColumnSpec, sort_key: str, reverse: bool) -> ColumnSpec:
         return spec
     label = f"{spec.label}{sort_mark(sort_key, reverse)}"
     return replace(spec, label=label, width=max(spec.width or 0, len(label)))
+
+
+def back_to_fleet(app: App[object]) -> FleetScreen | None:
+    """Pop the screens above the fleet's (the palette's screens and `:` go from there, so that
+    Esc leads back to it); the fleet screen, where it is the one shown then."""
+    while len(app.screen_stack) > 2 and not isinstance(app.screen, FleetScreen):
+        app.pop_screen()
+    return app.screen if isinstance(app.screen, FleetScreen) else None
 
 
 _STATE_STYLE = {
