@@ -4,6 +4,7 @@ title line and the key bar, refresh hooks, and what `y` copies."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import ClassVar, NamedTuple
 
 from rich.text import Text
@@ -12,6 +13,7 @@ from textual.theme import Theme
 
 from gpuconsole.core.model import GpuState, HostState
 from gpuconsole.fleet.store import FleetStore
+from gpuconsole.fleet.triage_list import TriageItem
 from gpuconsole.ui.messages import FleetUpdated
 from gpuconsole.ui.screens.console import Console, console_of
 from gpuconsole.ui.widgets.cells import Palette
@@ -51,6 +53,9 @@ class ConsoleScreen(Screen[None]):
     """Where the heading comes on the help screen: lower first."""
     PINNED_KEYS: ClassVar[frozenset[str]] = frozenset()
     """Binding ids the key bar keeps whatever the width (beside `?`): the on-call's keys."""
+    problems: Sequence[TriageItem] = ()
+    """The fleet's problems as of the last `refresh_view` (`Console.problems`): read once a
+    refresh, by the title line and by what the screen shows of them."""
     FOCUS_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {}
     """For a widget's id, the binding ids the key bar leads with while it has focus (shown
     even where the binding itself is not)."""
@@ -109,11 +114,12 @@ class ConsoleScreen(Screen[None]):
 
     def refresh_view(self, changed: set[str] | None) -> None:
         """Show the store's state; ``changed`` names the hosts that changed (None: all)."""
+        self.problems = self.console.problems()
         self.query_one(TitleBar).show_parts(self._title_parts())
 
     def _title_parts(self) -> list[Part]:
         console = self.console
-        parts = fleet_parts(self.store, console.label, self.palette, console.problems())
+        parts = fleet_parts(self.store, console.label, self.palette, self.problems)
         parts.append(part(Text(self.where(), style="dim"), rank=0, right=True))
         parts += self.title_notes()
         if console.starting:

@@ -309,7 +309,7 @@ class FleetScreen(ConsoleScreen):
 
     def _rows(self) -> list[tuple[str, Cells]]:
         self._problems = {}
-        for problem in self.console.problems():  # worst first: each list's first is its worst
+        for problem in self.problems:  # worst first: each list's first is its worst
             self._problems.setdefault((problem.host, None), []).append(problem)
             if problem.gpu is not None:
                 self._problems.setdefault((problem.host, problem.gpu), []).append(problem)

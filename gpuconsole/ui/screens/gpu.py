@@ -412,7 +412,7 @@ class GpuScreen(ConsoleScreen):
 
     def _problems(self) -> list[TriageItem]:
         """This GPU's problems, as the triage view tells them."""
-        return [p for p in self.console.problems() if (p.host, p.gpu) == (self.host, self.gpu)]
+        return [p for p in self.problems if (p.host, p.gpu) == (self.host, self.gpu)]
 
     # --- the plots -----------------------------------------------------------------------------
 

@@ -364,7 +364,7 @@ class HostScreen(ConsoleScreen):
         return next(
             (
                 p.gpu
-                for p in self.console.problems()
+                for p in self.problems
                 if p.host == self.host and p.gpu is not None and p.severity > Severity.INFO
             ),
             None,
@@ -553,7 +553,7 @@ class HostScreen(ConsoleScreen):
         needs; the panel is as tall as they need where they and every process fit, else a share
         of the rows (`_findings_rows`), and where they do not fit, the last row says how many
         more there are."""
-        problems = [p for p in self.console.problems() if p.host == self.host]
+        problems = [p for p in self.problems if p.host == self.host]
         widget = self.query_one("#findings", FittedLines)
         if problems:
             lines = [problem_line(problem, self.palette) for problem in problems]

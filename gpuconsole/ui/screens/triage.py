@@ -120,7 +120,7 @@ class TriageScreen(FoldedListScreen):
 
     def refresh_view(self, changed: set[str] | None) -> None:
         super().refresh_view(changed)
-        self.items = list(self.console.problems())
+        self.items = list(self.problems)
         width = self.size.width or _WIDE
         self._alert_times = width >= _WIDE
         columns = triage_columns(width)
