@@ -28,7 +28,13 @@ from gpuconsole.ui.screens.base import ConsoleScreen, Copyable, gpu_copyables
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.filter_box import FilterBox
 from gpuconsole.ui.widgets.fitted_lines import FittedLines
-from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
+from gpuconsole.ui.widgets.keyed_table import (
+    Cells,
+    ColumnSpec,
+    KeyedTable,
+    fit_columns,
+    sorted_by,
+)
 from gpuconsole.ui.widgets.problem_line import WRAP_INDENT, problem_line
 from gpuconsole.ui.widgets.title_bar import Part, part
 
@@ -106,8 +112,7 @@ def sort_mark(sort_key: str, reverse: bool) -> str:
 def _marked(spec: ColumnSpec, sort_key: str, reverse: bool) -> ColumnSpec:
     if _SORTED_COLUMN[sort_key] != spec.key:
         return spec
-    label = f"{spec.label}{sort_mark(sort_key, reverse)}"
-    return replace(spec, label=label, width=max(spec.width or 0, len(label)))
+    return sorted_by(spec, sort_mark(sort_key, reverse))
 
 
 def back_to_fleet(app: App[object]) -> FleetScreen | None:

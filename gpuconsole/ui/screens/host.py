@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import signal
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -43,7 +42,7 @@ from gpuconsole.ui.screens.confirm import ConfirmScreen
 from gpuconsole.ui.screens.fleet import FleetScreen
 from gpuconsole.ui.widgets import cells
 from gpuconsole.ui.widgets.fitted_lines import FittedLines
-from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns
+from gpuconsole.ui.widgets.keyed_table import Cells, ColumnSpec, KeyedTable, fit_columns, sorted_by
 from gpuconsole.ui.widgets.problem_line import WRAP_INDENT, problem_line
 from gpuconsole.ui.widgets.steady import Steady
 from gpuconsole.ui.widgets.trend import sparkline
@@ -139,12 +138,7 @@ def process_columns(
     else:
         fixed.append(_PROCESS_MEMORY)
     arrow = "▲" if order in ("gpu", "pid") else "▼"  # up: the smallest first
-    marked = [
-        replace(spec, label=f"{spec.label}{arrow}", width=max(spec.width or 0, len(spec.label) + 1))
-        if spec.key == order
-        else spec
-        for spec in fixed
-    ]
+    marked = [sorted_by(spec, arrow) if spec.key == order else spec for spec in fixed]
     return fit_columns((*marked, *_PROCESS_TAIL), width)
 
 

@@ -56,6 +56,13 @@ class ColumnSpec:
     most: int | None = None
 
 
+def sorted_by(spec: ColumnSpec, arrow: str) -> ColumnSpec:
+    """``spec`` as the column a list is sorted by: its header ends with ``arrow`` (▼ or ▲), and
+    the column is wide enough for it."""
+    label = f"{spec.label}{arrow}"
+    return replace(spec, label=label, width=max(spec.width or 0, len(label)))
+
+
 CELL_PADDING = 2
 """DataTable pads each cell by one on either side."""
 SCROLLBAR = 2
