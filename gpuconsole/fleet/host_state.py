@@ -26,7 +26,7 @@ SHORT_WORDS = {
 as well."""
 
 
-def draining(state: HostState, snapshot: HostSnapshot | None) -> bool:
+def _draining(state: HostState, snapshot: HostSnapshot | None) -> bool:
     """Whether the host is live and its scheduler node out of service."""
     node = snapshot.node if snapshot is not None else None
     return state is HostState.LIVE and node is not None and node.out_of_service
@@ -35,6 +35,6 @@ def draining(state: HostState, snapshot: HostSnapshot | None) -> bool:
 def state_word(state: HostState, snapshot: HostSnapshot | None, *, short: bool = False) -> str:
     """``live``, ``drain``, ``down``, ``connecting`` (``short``: ``conn``, as a narrow column
     says it)."""
-    if draining(state, snapshot):
+    if _draining(state, snapshot):
         return DRAIN
     return SHORT_WORDS.get(state, state.value) if short else state.value

@@ -20,7 +20,7 @@ from gpuconsole.core.model import (
     Severity,
 )
 from gpuconsole.fleet.host_order import SORT_KEYS, fleet_order, owners
-from gpuconsole.fleet.host_state import draining, state_word
+from gpuconsole.fleet.host_state import DRAIN, state_word
 from gpuconsole.fleet.triage_list import TriageItem
 from gpuconsole.rules.summary import short_model, summarize
 from gpuconsole.ui.messages import ShowVerify
@@ -383,7 +383,7 @@ class FleetScreen(ConsoleScreen):
         """The host's state word (`gpuconsole.fleet.host_state`), short; a drained host's
         reason is on its host screen."""
         word = state_word(state, snapshot, short=True)
-        if draining(state, snapshot):
+        if word == DRAIN:
             return Text(word, style=f"bold {self.palette['severity-warning']}")
         return Text(word, style=self.palette[_STATE_STYLE[state]])
 
