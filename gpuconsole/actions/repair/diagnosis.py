@@ -25,6 +25,7 @@ from gpuconsole.actions.repair.model import Cause, Diagnosis, Distro, Family, Wa
 from gpuconsole.actions.verify.checks import CHECKS, dkms, row_remap, xid_log
 from gpuconsole.actions.verify.model import Check, CheckResult, Evidence, Probe, Status
 from gpuconsole.actions.verify.probes import (
+    NO_GPU_REMEDY,
     NVIDIA_PCI,
     SMI,
     SMI_QUERY,
@@ -258,11 +259,8 @@ ABOUT: dict[str, _About] = {
     "no-nvidia-gpu": _About(
         "No NVIDIA GPU on this machine",
         "Does the PCI bus show an NVIDIA GPU?",
-        "The PCI bus lists no NVIDIA display controller, so there is nothing for a driver to "
-        "drive: installing or loading one changes nothing. Check that the GPU is seated and "
-        "powered (a GPU that fell off the bus before a reboot can stay missing after it), or, "
-        "in a VM, that it is passed through to this guest; `lspci -d 10de:` lists what the bus "
-        "sees. The walk's other answers follow from this one.",
+        "The PCI bus lists no NVIDIA display controller, so installing or loading a driver "
+        "changes nothing, and the walk's other answers follow from this one. " + NO_GPU_REMEDY,
     ),
     "driver-not-loaded": _About(
         "The NVIDIA driver is not loaded",

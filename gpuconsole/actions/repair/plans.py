@@ -30,7 +30,7 @@ from gpuconsole.actions.repair.diagnosis import (
 )
 from gpuconsole.actions.repair.model import Cause, Diagnosis, Distro, Family, Plan, Step
 from gpuconsole.actions.verify.model import Evidence, Status
-from gpuconsole.actions.verify.probes import DRIVER_VERSION, driver_module_version
+from gpuconsole.actions.verify.probes import DRIVER_VERSION, NO_GPU_REMEDY, driver_module_version
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~_-]{0,127}")
 """Package names, versions, kernel releases, DKMS module names: nothing a shell would read."""
@@ -436,10 +436,8 @@ def _start_persistenced(distro: Distro, facts: PlanFacts) -> Built:
 def _find_the_gpu(distro: Distro, facts: PlanFacts) -> Built:
     notes = (
         "No command here brings a GPU the bus does not show: no driver is installed or loaded "
-        "for it, since nothing would drive it.",
-        "On a server: check the GPU is seated and powered, and look for it in the BMC's "
-        "inventory; `lspci -d 10de:` lists what the bus sees. In a VM: pass the GPU through to "
-        "this guest. Then run the repair again.",
+        "for it.",
+        f"{NO_GPU_REMEDY} Then run the repair again.",
     )
     return (), notes
 

@@ -110,6 +110,15 @@ def driver_module_version(output: CommandOutput) -> str | None:
     return None
 
 
+NO_GPU_REMEDY = (
+    "There is nothing for a driver to drive: check that the GPU is seated, powered and enabled "
+    "in the firmware (a GPU that fell off the bus can stay missing after a reboot), or passed "
+    "through to this VM or container; `lspci -d 10de:` lists the NVIDIA devices the bus shows."
+)
+"""What to do where the bus shows no NVIDIA GPU (`nvidia_gpus_on_bus` is 0): the remedy of the
+driver-loaded check and the note of repair's plan."""
+
+
 def nvidia_gpus_on_bus(evidence: Evidence) -> int | None:
     """How many NVIDIA display controllers (GPUs) the PCI bus shows; None when not known (no
     sysfs, the probe not run or failed)."""

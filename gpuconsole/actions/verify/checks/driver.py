@@ -26,13 +26,6 @@ _LOAD_THE_DRIVER = (
 )
 
 
-_NO_GPU = (
-    "There is nothing for a driver to drive: check that the GPU is seated, powered and enabled "
-    "in the firmware, or passed through to this VM or container; `lspci -d 10de:` lists the "
-    "NVIDIA devices the bus shows."
-)
-
-
 def _judge_driver_loaded(evidence: Evidence, context: Context) -> Verdict:
     output = evidence[probes.DRIVER_VERSION.name]
     version = probes.driver_module_version(output)
@@ -48,7 +41,7 @@ def _judge_driver_loaded(evidence: Evidence, context: Context) -> Verdict:
             Status.FAIL,
             "no NVIDIA GPU on this machine: its PCI bus shows no NVIDIA display controller",
             evidence[probes.NVIDIA_PCI.name].lines(),
-            _NO_GPU,
+            probes.NO_GPU_REMEDY,
         )
     return Verdict(
         Status.FAIL,
