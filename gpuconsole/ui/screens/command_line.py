@@ -9,6 +9,7 @@ console does not know is said back, in the line, not acted on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -72,8 +73,9 @@ def _host(name: str, store: FleetStore) -> str:
     return name
 
 
-def _listed(items: object) -> str:
-    names = [str(item) for item in items]  # type: ignore[attr-defined]
+def _listed(items: Iterable[object]) -> str:
+    """The first six, and how many more."""
+    names = [str(item) for item in items]
     shown = ", ".join(names[:6])
     return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
 
